@@ -1,0 +1,138 @@
+// Session configuration: what the engine sends, how many entries may live, and
+// the policy that picks evictions.
+//
+// A policy is two orthogonal parts (DESIGN.md "Policies"): a Ranking (which
+// entries matter least) and a BudgetControl (how many may live at this step).
+// Protection (sinks, recent, pinned) applies to every ranking. Every field has a
+// usable default; ValidateSessionConfig() names the first bad field. Plain data,
+// no synchronisation.
+
+#ifndef ENTROKV_CORE_CONFIG_H_
+#define ENTROKV_CORE_CONFIG_H_
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "entrokv/core/element_type.h"
+
+namespace entrokv {
+
+// The shape of the vectors an engine sends per step. Keys are laid out
+// [layer][kv_head][head_dim] per entry; queries [layer][q_head][head_dim].
+struct Shape {
+  int32_t layers = 1;
+  int32_t kv_heads = 1;
+  int32_t q_heads = 1;  // A multiple of kv_heads (GQA / MQA).
+  int32_t head_dim = 64;
+  ElementType element_type = ElementType::kF16;
+
+  int32_t group_size() const { return q_heads / kv_heads; }
+  // Elements (not bytes) of one entry's keys and of one step's queries.
+  int64_t key_elements() const {
+    return int64_t{layers} * kv_heads * head_dim;
+  }
+  int64_t query_elements() const {
+    return int64_t{layers} * q_heads * head_dim;
+  }
+};
+
+enum class Ranking : uint8_t {
+  kWindow,     // Keeps the most recent entries.
+  kStreaming,  // Keeps the first `streaming_sinks` entries + the most recent.
+  kH2o,        // A recent share + the highest accumulated attention.
+  kTova,       // The highest current-step attention.
+  kKeyNorm,    // The lowest key L2 norms.
+  kRandom,     // A seeded uniform choice among the unprotected.
+  kAffinity,   // The highest affinity (this project).
+};
+inline constexpr Ranking kAllRankings[] = {
+    Ranking::kWindow, Ranking::kStreaming, Ranking::kH2o,     Ranking::kTova,
+    Ranking::kKeyNorm, Ranking::kRandom,   Ranking::kAffinity};
+
+enum class BudgetControl : uint8_t { kFixed, kEntropy };
+inline constexpr BudgetControl kAllBudgetControls[] = {BudgetControl::kFixed,
+                                                       BudgetControl::kEntropy};
+
+// The affinity update rule (DESIGN.md "Affinity").
+enum class AffinityUpdate : uint8_t {
+  kSeed,      // Ω ← σ(Ω + β·H·s): the rule as first proposed.
+  kLogitEma,  // a ← λ·a + β·H·s, Ω = σ(a): accumulates evidence.
+};
+
+// How a block's score aggregates its tokens' scores.
+enum class BlockReduce : uint8_t { kMean, kMax };
+
+enum class Placement : uint8_t { kCpu, kGpu, kAuto };
+
+struct AffinityParams {
+  AffinityUpdate update = AffinityUpdate::kLogitEma;
+  double beta = 1.0;
+  double lambda = 0.9;  // kLogitEma only; in [0, 1].
+};
+
+// B_t = clamp(round(B·(1 + γ·tanh((H_t − μ) / (σ + ε)))), min_budget,
+// max_budget), with μ and σ exponential moving mean and deviation of the
+// entropy (rate `ema_rate`), both taken before H_t is folded in.
+struct EntropyBudgetParams {
+  double gamma = 0.5;      // In [0, 1).
+  double ema_rate = 0.05;  // In (0, 1].
+  double epsilon = 1e-3;   // > 0.
+  int64_t min_budget = 0;  // 0: 1.
+  int64_t max_budget = 0;  // 0: ceil(B·(1 + γ)).
+};
+
+struct H2oParams {
+  double recent_fraction = 0.5;  // Share of the step's budget kept as recent.
+};
+
+struct Protection {
+  int64_t sinks = 0;   // The first `sinks` entries ever appended are kept.
+  int64_t recent = 0;  // The last `recent` entries appended are kept.
+};
+
+struct SessionConfig {
+  Shape shape;
+  int64_t budget = 256;  // Target live entries, counted in tokens.
+  Ranking ranking = Ranking::kAffinity;
+  BudgetControl budget_control = BudgetControl::kEntropy;
+  AffinityParams affinity;
+  EntropyBudgetParams entropy_budget;
+  H2oParams h2o;
+  int64_t streaming_sinks = 4;  // kStreaming: entries always ranked first.
+  uint64_t seed = 0;            // kRandom.
+  Protection protection;
+  int32_t block_size = 1;  // 1: token granularity; N > 1: blocks of N tokens.
+  BlockReduce block_reduce = BlockReduce::kMean;
+  Placement placement = Placement::kAuto;
+};
+
+// OK, or InvalidArgument naming the first bad field (e.g. "shape.q_heads: 6
+// is not a multiple of shape.kv_heads 4").
+absl::Status ValidateSessionConfig(const SessionConfig& config);
+
+// True when the policy reads the step's entropy (affinity ranking or entropy
+// budget); such steps must carry an entropy or logits.
+bool PolicyNeedsEntropy(const SessionConfig& config);
+
+// Names used by flags, the wire and reports.
+std::string_view RankingName(Ranking ranking);
+bool ParseRanking(std::string_view name, Ranking* ranking);
+std::string_view BudgetControlName(BudgetControl control);
+bool ParseBudgetControl(std::string_view name, BudgetControl* control);
+std::string_view AffinityUpdateName(AffinityUpdate update);
+bool ParseAffinityUpdate(std::string_view name, AffinityUpdate* update);
+std::string_view PlacementName(Placement placement);
+bool ParsePlacement(std::string_view name, Placement* placement);
+
+// Sets ranking and budget control from a policy name: a ranking name alone
+// ("h2o": fixed budget), "RANKING+CONTROL" ("h2o+entropy"), or the project's
+// policy "entropy" (= "affinity+entropy"). InvalidArgument on anything else.
+absl::Status ApplyPolicyName(std::string_view name, SessionConfig* config);
+// "affinity+entropy" etc.
+std::string PolicyName(const SessionConfig& config);
+
+}  // namespace entrokv
+
+#endif  // ENTROKV_CORE_CONFIG_H_
