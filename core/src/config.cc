@@ -1,0 +1,234 @@
+#include "entrokv/core/config.h"
+
+#include <cmath>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace entrokv {
+namespace {
+
+template <typename Enum, size_t N>
+bool ParseByName(std::string_view name, const Enum (&all)[N],
+                 std::string_view (*name_of)(Enum), Enum* out) {
+  for (Enum e : all) {
+    if (name == name_of(e)) {
+      *out = e;
+      return true;
+    }
+  }
+  return false;
+}
+
+constexpr AffinityUpdate kAllAffinityUpdates[] = {AffinityUpdate::kSeed,
+                                                  AffinityUpdate::kLogitEma};
+constexpr Placement kAllPlacements[] = {Placement::kCpu, Placement::kGpu,
+                                        Placement::kAuto};
+
+absl::Status Bad(std::string_view field, std::string_view why) {
+  return absl::InvalidArgumentError(
+      absl::StrCat(std::string(field), ": ", std::string(why)));
+}
+
+// The largest dimension accepted for any shape field; keeps products of
+// dimensions far from overflow.
+constexpr int32_t kMaxDimension = 1 << 16;
+constexpr int64_t kMaxBudget = int64_t{1} << 40;
+
+}  // namespace
+
+absl::Status ValidateSessionConfig(const SessionConfig& c) {
+  const Shape& s = c.shape;
+  auto dim = [](std::string_view field, int32_t v) -> absl::Status {
+    if (v < 1 || v > kMaxDimension) {
+      return Bad(field, absl::StrCat(v, " is outside [1, ", kMaxDimension, "]"));
+    }
+    return absl::OkStatus();
+  };
+  if (auto st = dim("shape.layers", s.layers); !st.ok()) return st;
+  if (auto st = dim("shape.kv_heads", s.kv_heads); !st.ok()) return st;
+  if (auto st = dim("shape.q_heads", s.q_heads); !st.ok()) return st;
+  if (auto st = dim("shape.head_dim", s.head_dim); !st.ok()) return st;
+  if (s.q_heads % s.kv_heads != 0) {
+    return Bad("shape.q_heads", absl::StrCat(s.q_heads,
+                                             " is not a multiple of "
+                                             "shape.kv_heads ",
+                                             s.kv_heads));
+  }
+  if (s.key_elements() > (int64_t{1} << 24) ||
+      s.query_elements() > (int64_t{1} << 24)) {
+    return Bad("shape", "layers x heads x head_dim exceeds 2^24 elements");
+  }
+  if (s.element_type != ElementType::kF32 &&
+      s.element_type != ElementType::kF16 &&
+      s.element_type != ElementType::kBf16) {
+    return Bad("shape.element_type", "unknown element type");
+  }
+  if (c.budget < 1 || c.budget > kMaxBudget) {
+    return Bad("budget", absl::StrCat(c.budget, " is outside [1, 2^40]"));
+  }
+  if (static_cast<int>(c.ranking) > static_cast<int>(Ranking::kAffinity)) {
+    return Bad("ranking", "unknown ranking");
+  }
+  if (c.budget_control != BudgetControl::kFixed &&
+      c.budget_control != BudgetControl::kEntropy) {
+    return Bad("budget_control", "unknown budget controller");
+  }
+  const AffinityParams& a = c.affinity;
+  if (a.update != AffinityUpdate::kSeed &&
+      a.update != AffinityUpdate::kLogitEma) {
+    return Bad("affinity.update", "unknown update rule");
+  }
+  if (!std::isfinite(a.beta)) return Bad("affinity.beta", "not finite");
+  if (!(a.lambda >= 0.0 && a.lambda <= 1.0)) {
+    return Bad("affinity.lambda", absl::StrCat(a.lambda, " is outside [0, 1]"));
+  }
+  const EntropyBudgetParams& e = c.entropy_budget;
+  if (!(e.gamma >= 0.0 && e.gamma < 1.0)) {
+    return Bad("entropy_budget.gamma",
+               absl::StrCat(e.gamma, " is outside [0, 1)"));
+  }
+  if (!(e.ema_rate > 0.0 && e.ema_rate <= 1.0)) {
+    return Bad("entropy_budget.ema_rate",
+               absl::StrCat(e.ema_rate, " is outside (0, 1]"));
+  }
+  if (!(e.epsilon > 0.0) || !std::isfinite(e.epsilon)) {
+    return Bad("entropy_budget.epsilon", "must be finite and > 0");
+  }
+  if (e.min_budget < 0 || e.min_budget > c.budget) {
+    return Bad("entropy_budget.min_budget",
+               absl::StrCat(e.min_budget, " is outside [0, budget ", c.budget,
+                            "]"));
+  }
+  if (e.max_budget != 0 && (e.max_budget < c.budget || e.max_budget > kMaxBudget)) {
+    return Bad("entropy_budget.max_budget",
+               absl::StrCat(e.max_budget, " is below budget ", c.budget,
+                            " (0 means ceil(budget * (1 + gamma)))"));
+  }
+  if (!(c.h2o.recent_fraction >= 0.0 && c.h2o.recent_fraction <= 1.0)) {
+    return Bad("h2o.recent_fraction",
+               absl::StrCat(c.h2o.recent_fraction, " is outside [0, 1]"));
+  }
+  if (c.streaming_sinks < 0) {
+    return Bad("streaming_sinks", "is negative");
+  }
+  if (c.protection.sinks < 0) return Bad("protection.sinks", "is negative");
+  if (c.protection.recent < 0) return Bad("protection.recent", "is negative");
+  if (c.block_size < 1 || c.block_size > 65536) {
+    return Bad("block_size",
+               absl::StrCat(c.block_size, " is outside [1, 65536]"));
+  }
+  if (c.block_reduce != BlockReduce::kMean &&
+      c.block_reduce != BlockReduce::kMax) {
+    return Bad("block_reduce", "unknown reduction");
+  }
+  if (c.placement != Placement::kCpu && c.placement != Placement::kGpu &&
+      c.placement != Placement::kAuto) {
+    return Bad("placement", "unknown placement");
+  }
+  return absl::OkStatus();
+}
+
+bool PolicyNeedsEntropy(const SessionConfig& config) {
+  return config.ranking == Ranking::kAffinity ||
+         config.budget_control == BudgetControl::kEntropy;
+}
+
+std::string_view RankingName(Ranking ranking) {
+  switch (ranking) {
+    case Ranking::kWindow:
+      return "window";
+    case Ranking::kStreaming:
+      return "streaming";
+    case Ranking::kH2o:
+      return "h2o";
+    case Ranking::kTova:
+      return "tova";
+    case Ranking::kKeyNorm:
+      return "keynorm";
+    case Ranking::kRandom:
+      return "random";
+    case Ranking::kAffinity:
+      return "affinity";
+  }
+  return "unknown";
+}
+
+bool ParseRanking(std::string_view name, Ranking* ranking) {
+  return ParseByName(name, kAllRankings, &RankingName, ranking);
+}
+
+std::string_view BudgetControlName(BudgetControl control) {
+  switch (control) {
+    case BudgetControl::kFixed:
+      return "fixed";
+    case BudgetControl::kEntropy:
+      return "entropy";
+  }
+  return "unknown";
+}
+
+bool ParseBudgetControl(std::string_view name, BudgetControl* control) {
+  return ParseByName(name, kAllBudgetControls, &BudgetControlName, control);
+}
+
+std::string_view AffinityUpdateName(AffinityUpdate update) {
+  switch (update) {
+    case AffinityUpdate::kSeed:
+      return "seed";
+    case AffinityUpdate::kLogitEma:
+      return "logit_ema";
+  }
+  return "unknown";
+}
+
+bool ParseAffinityUpdate(std::string_view name, AffinityUpdate* update) {
+  return ParseByName(name, kAllAffinityUpdates, &AffinityUpdateName, update);
+}
+
+std::string_view PlacementName(Placement placement) {
+  switch (placement) {
+    case Placement::kCpu:
+      return "cpu";
+    case Placement::kGpu:
+      return "gpu";
+    case Placement::kAuto:
+      return "auto";
+  }
+  return "unknown";
+}
+
+bool ParsePlacement(std::string_view name, Placement* placement) {
+  return ParseByName(name, kAllPlacements, &PlacementName, placement);
+}
+
+absl::Status ApplyPolicyName(std::string_view name, SessionConfig* config) {
+  if (name == "entropy") {
+    config->ranking = Ranking::kAffinity;
+    config->budget_control = BudgetControl::kEntropy;
+    return absl::OkStatus();
+  }
+  std::vector<std::string> parts =
+      absl::StrSplit(absl::string_view(name.data(), name.size()), '+');
+  Ranking ranking;
+  BudgetControl control = BudgetControl::kFixed;
+  if (parts.size() > 2 || !ParseRanking(parts[0], &ranking) ||
+      (parts.size() == 2 && !ParseBudgetControl(parts[1], &control))) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "policy: unknown policy \"", std::string(name),
+        "\" (want RANKING[+fixed|+entropy] or \"entropy\"; rankings: window, "
+        "streaming, h2o, tova, keynorm, random, affinity)"));
+  }
+  config->ranking = ranking;
+  config->budget_control = control;
+  return absl::OkStatus();
+}
+
+std::string PolicyName(const SessionConfig& config) {
+  return std::string(RankingName(config.ranking)) + "+" +
+         std::string(BudgetControlName(config.budget_control));
+}
+
+}  // namespace entrokv

@@ -1,0 +1,399 @@
+// The CPU backend: session state in host memory.
+//
+// Keys are stored in the session's element type, laid out
+// [layer][kv_head][capacity][head_dim] so that the scoring kernel streams each
+// (layer, kv head) plane once. Live entries occupy positions 0..live-1; an
+// eviction moves the last entry into the freed position, so removal costs
+// O(evicted), not O(live). Append order is kept in each entry's append index.
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <cstring>
+#include <limits>
+#include <memory>
+#include <numeric>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "cpu_backend.h"
+#include "cpu_kernels.h"
+#include "entrokv/core/backend.h"
+#include "step_common.h"
+
+namespace entrokv::internal {
+namespace {
+
+class CpuSession final : public SessionState {
+ public:
+  CpuSession(const SessionConfig& config, const SessionLimits& limits,
+             std::shared_ptr<ByteAccount> account)
+      : config_(config),
+        limits_(limits),
+        account_(std::move(account)),
+        budget_(config),
+        esize_(static_cast<int64_t>(ElementSize(config.shape.element_type))),
+        bytes_per_entry_(BytesPerEntry(config.shape)),
+        last_budget_(config.budget) {}
+
+  ~CpuSession() override { account_->Release(live() * bytes_per_entry_); }
+
+  const SessionConfig& config() const override { return config_; }
+
+  absl::Status Step(const StepInput& input, StepResult* result,
+                    StepTrace* trace) override;
+
+  SessionStats Stats() const override {
+    SessionStats s;
+    s.live = live();
+    s.peak_live = peak_live_;
+    s.steps = steps_;
+    s.last_step = last_step_;
+    s.appended = next_index_;
+    s.evicted = evicted_total_;
+    s.budget = last_budget_;
+    s.bytes_held = live() * bytes_per_entry_;
+    s.placement = Placement::kCpu;
+    return s;
+  }
+
+  std::vector<uint64_t> LiveSlots() const override {
+    std::vector<int32_t> order(slot_.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(),
+              [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
+    std::vector<uint64_t> out;
+    out.reserve(order.size());
+    for (int32_t p : order) out.push_back(slot_[p]);
+    return out;
+  }
+
+ private:
+  int64_t live() const { return static_cast<int64_t>(slot_.size()); }
+  void Reserve(int64_t needed);
+  void Append(const StepInput& input, const DecodedStep& step);
+  void Score(const DecodedStep& step, bool need_mean, bool need_attention);
+  void RemovePositions(std::vector<int32_t>* positions);
+  std::byte* KeyAt(int32_t layer, int32_t kv, int64_t pos) {
+    const Shape& s = config_.shape;
+    return keys_.data() +
+           ((int64_t{layer} * s.kv_heads + kv) * capacity_ + pos) * s.head_dim *
+               esize_;
+  }
+
+  const SessionConfig config_;
+  const SessionLimits limits_;
+  const std::shared_ptr<ByteAccount> account_;
+  BudgetController budget_;
+  const int64_t esize_;
+  const int64_t bytes_per_entry_;
+
+  // Keys, [layer][kv_head][capacity_][head_dim] in the element type.
+  std::vector<std::byte> keys_;
+  int64_t capacity_ = 0;
+  // Per position 0..live-1.
+  std::vector<uint64_t> slot_;
+  std::vector<int64_t> index_;
+  std::vector<uint8_t> pinned_;
+  std::vector<double> key_norm_;
+  std::vector<double> affinity_;  // Ω (seed) or its logit a (logit_ema).
+  std::vector<double> h2o_acc_;
+  absl::flat_hash_set<uint64_t> live_slots_;
+
+  std::optional<uint64_t> last_step_;
+  int64_t next_index_ = 0;
+  int64_t steps_ = 0;
+  int64_t peak_live_ = 0;
+  int64_t evicted_total_ = 0;
+  int64_t last_budget_;
+
+  // Scratch reused across steps.
+  DecodedStep decoded_;
+  std::vector<float> scaled_queries_;
+  std::vector<float> z_;
+  std::vector<double> mean_logit_;
+  std::vector<double> attention_;
+  std::vector<double> keep_;
+  std::vector<uint8_t> protect_;
+  std::vector<int64_t> index_scratch_;
+  std::vector<int32_t> evict_;
+  SelectionScratch selection_;
+};
+
+void CpuSession::Reserve(int64_t needed) {
+  if (needed <= capacity_) return;
+  const Shape& s = config_.shape;
+  const int64_t new_cap = std::max<int64_t>({needed, 2 * capacity_, 64});
+  const int64_t row = int64_t{s.head_dim} * esize_;
+  std::vector<std::byte> grown(static_cast<size_t>(
+      int64_t{s.layers} * s.kv_heads * new_cap * row));
+  for (int64_t plane = 0; plane < int64_t{s.layers} * s.kv_heads; ++plane) {
+    if (live() > 0) {
+      std::memcpy(grown.data() + plane * new_cap * row,
+                  keys_.data() + plane * capacity_ * row,
+                  static_cast<size_t>(live() * row));
+    }
+  }
+  keys_.swap(grown);
+  capacity_ = new_cap;
+}
+
+void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
+  const Shape& s = config_.shape;
+  const int64_t n = step.appended;
+  Reserve(live() + n);
+  const int64_t row = int64_t{s.head_dim} * esize_;
+  for (int64_t e = 0; e < n; ++e) {
+    const int32_t pos = static_cast<int32_t>(live());
+    const std::byte* src = input.append.keys.data() + e * s.key_elements() * esize_;
+    const float* decoded = step.keys.data() + e * s.key_elements();
+    double norm_sum = 0.0;
+    for (int32_t l = 0; l < s.layers; ++l) {
+      for (int32_t kv = 0; kv < s.kv_heads; ++kv) {
+        const int64_t off = int64_t{l} * s.kv_heads + kv;
+        std::memcpy(KeyAt(l, kv, pos), src + off * row, static_cast<size_t>(row));
+        double sq = 0.0;
+        for (int32_t j = 0; j < s.head_dim; ++j) {
+          const double v = decoded[off * s.head_dim + j];
+          sq += v * v;
+        }
+        norm_sum += std::sqrt(sq);
+      }
+    }
+    const uint64_t id = input.append.slot_ids[e];
+    slot_.push_back(id);
+    index_.push_back(next_index_++);
+    pinned_.push_back(input.append.pinned.empty() ? 0
+                                                  : (input.append.pinned[e] != 0));
+    key_norm_.push_back(norm_sum / static_cast<double>(int64_t{s.layers} * s.kv_heads));
+    affinity_.push_back(config_.affinity.update == AffinityUpdate::kSeed ? 0.5 : 0.0);
+    h2o_acc_.push_back(0.0);
+    live_slots_.insert(id);
+  }
+}
+
+void CpuSession::Score(const DecodedStep& step, bool need_mean,
+                       bool need_attention) {
+  const Shape& s = config_.shape;
+  const int64_t n = live();
+  const int64_t rows = int64_t{s.layers} * s.q_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  scaled_queries_.resize(step.queries.size());
+  for (size_t i = 0; i < step.queries.size(); ++i) {
+    scaled_queries_[i] = step.queries[i] * scale;
+  }
+  z_.resize(static_cast<size_t>(rows * n));
+  ScoreKeys({.type = s.element_type,
+             .keys = keys_.data(),
+             .capacity = capacity_,
+             .layers = s.layers,
+             .kv_heads = s.kv_heads,
+             .group = s.group_size(),
+             .head_dim = s.head_dim,
+             .live = n,
+             .queries = scaled_queries_.data(),
+             .z = z_.data(),
+             .z_stride = n});
+  const double inv_rows = 1.0 / static_cast<double>(rows);
+  if (need_mean) {
+    mean_logit_.assign(static_cast<size_t>(n), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* zr = z_.data() + r * n;
+      for (int64_t p = 0; p < n; ++p) mean_logit_[p] += zr[p];
+    }
+    for (double& v : mean_logit_) v *= inv_rows;
+  }
+  if (need_attention) {
+    attention_.assign(static_cast<size_t>(n), 0.0);
+    for (int64_t r = 0; r < rows; ++r) {
+      const float* zr = z_.data() + r * n;
+      float max = -std::numeric_limits<float>::infinity();
+      for (int64_t p = 0; p < n; ++p) max = std::max(max, zr[p]);
+      double sum = 0.0;
+      float* er = z_.data() + r * n;  // Overwrite z with exp(z − max).
+      for (int64_t p = 0; p < n; ++p) {
+        er[p] = std::exp(zr[p] - max);
+        sum += er[p];
+      }
+      const double inv = inv_rows / sum;
+      for (int64_t p = 0; p < n; ++p) attention_[p] += er[p] * inv;
+    }
+  }
+}
+
+void CpuSession::RemovePositions(std::vector<int32_t>* positions) {
+  const Shape& s = config_.shape;
+  const int64_t row = int64_t{s.head_dim} * esize_;
+  // Highest position first, so each moved-in last entry is itself live.
+  std::sort(positions->begin(), positions->end(), std::greater<int32_t>());
+  for (int32_t pos : *positions) {
+    const int32_t last = static_cast<int32_t>(live() - 1);
+    live_slots_.erase(slot_[pos]);
+    if (pos != last) {
+      for (int32_t l = 0; l < s.layers; ++l) {
+        for (int32_t kv = 0; kv < s.kv_heads; ++kv) {
+          std::memcpy(KeyAt(l, kv, pos), KeyAt(l, kv, last),
+                      static_cast<size_t>(row));
+        }
+      }
+      slot_[pos] = slot_[last];
+      index_[pos] = index_[last];
+      pinned_[pos] = pinned_[last];
+      key_norm_[pos] = key_norm_[last];
+      affinity_[pos] = affinity_[last];
+      h2o_acc_[pos] = h2o_acc_[last];
+    }
+    slot_.pop_back();
+    index_.pop_back();
+    pinned_.pop_back();
+    key_norm_.pop_back();
+    affinity_.pop_back();
+    h2o_acc_.pop_back();
+  }
+}
+
+double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
+
+absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
+                              StepTrace* trace) {
+  absl::Status st = ValidateAndDecode(config_, limits_, last_step_, live_slots_,
+                                      live(), input, &decoded_);
+  if (!st.ok()) return st;
+  const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
+  if (!account_->TryReserve(added_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "append: ", decoded_.appended, " entries (", added_bytes,
+        " bytes) would exceed the backend's byte limit ", account_->limit()));
+  }
+  // Validated: from here on the step cannot fail.
+  Append(input, decoded_);
+  const int64_t n = live();
+  const Ranking ranking = config_.ranking;
+  const bool need_mean = RankingNeedsMeanLogit(ranking) || trace != nullptr;
+  const bool need_attention = RankingNeedsAttention(ranking) || trace != nullptr;
+  if (need_mean || need_attention) Score(decoded_, need_mean, need_attention);
+
+  const double h = decoded_.entropy;
+  if (ranking == Ranking::kAffinity) {
+    const double beta_h = config_.affinity.beta * h;
+    if (config_.affinity.update == AffinityUpdate::kSeed) {
+      for (int64_t p = 0; p < n; ++p) {
+        affinity_[p] = Sigmoid(affinity_[p] + beta_h * mean_logit_[p]);
+      }
+    } else {
+      const double lambda = config_.affinity.lambda;
+      for (int64_t p = 0; p < n; ++p) {
+        affinity_[p] = lambda * affinity_[p] + beta_h * mean_logit_[p];
+      }
+    }
+  } else if (ranking == Ranking::kH2o) {
+    for (int64_t p = 0; p < n; ++p) h2o_acc_[p] += attention_[p];
+  }
+  const int64_t budget = budget_.Next(h);
+
+  KeepScoreContext ctx{.ranking = ranking,
+                       .streaming_sinks = config_.streaming_sinks,
+                       .seed = config_.seed,
+                       .step = input.step,
+                       .h2o_recent_from = std::numeric_limits<int64_t>::max()};
+  if (ranking == Ranking::kH2o) {
+    ctx.h2o_recent_from =
+        H2oRecentFrom(config_.h2o.recent_fraction, budget, index_, &index_scratch_);
+  }
+  const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
+  keep_.resize(static_cast<size_t>(n));
+  protect_.resize(static_cast<size_t>(n));
+  for (int64_t p = 0; p < n; ++p) {
+    const double omega = ranking == Ranking::kAffinity
+                             ? (seed_rule ? affinity_[p] : Sigmoid(affinity_[p]))
+                             : 0.0;
+    keep_[p] = KeepScore(ctx, index_[p], key_norm_[p],
+                         need_attention ? attention_[p] : 0.0, h2o_acc_[p], omega);
+    protect_[p] = IsProtected(config_.protection, index_[p], next_index_,
+                              pinned_[p] != 0);
+  }
+  if (trace != nullptr) {
+    std::vector<int32_t> order(static_cast<size_t>(n));
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(),
+              [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
+    trace->slots.clear();
+    trace->mean_logit.clear();
+    trace->attention.clear();
+    trace->rank_score.clear();
+    trace->protected_.clear();
+    for (int32_t p : order) {
+      trace->slots.push_back(slot_[p]);
+      trace->mean_logit.push_back(static_cast<float>(mean_logit_[p]));
+      trace->attention.push_back(static_cast<float>(attention_[p]));
+      trace->rank_score.push_back(keep_[p]);
+      trace->protected_.push_back(protect_[p]);
+    }
+  }
+
+  evict_.clear();
+  SelectEvictions({.keep = keep_,
+                   .index = index_,
+                   .protect = protect_,
+                   .next_index = next_index_,
+                   .need = n - budget,
+                   .block_size = config_.block_size,
+                   .block_reduce = config_.block_reduce},
+                  &selection_, &evict_);
+  // Answer in append order.
+  std::sort(evict_.begin(), evict_.end(),
+            [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
+  result->evicted.clear();
+  for (int32_t p : evict_) result->evicted.push_back(slot_[p]);
+  RemovePositions(&evict_);
+  account_->Release(static_cast<int64_t>(result->evicted.size()) * bytes_per_entry_);
+
+  peak_live_ = std::max(peak_live_, n);
+  evicted_total_ += static_cast<int64_t>(result->evicted.size());
+  last_step_ = input.step;
+  ++steps_;
+  last_budget_ = budget;
+  result->live = live();
+  result->budget = budget;
+  result->entropy = h;
+  return absl::OkStatus();
+}
+
+class CpuBackend final : public Backend {
+ public:
+  explicit CpuBackend(const BackendOptions& options)
+      : account_(std::make_shared<ByteAccount>(options.max_bytes)) {}
+
+  BackendKind kind() const override { return BackendKind::kCpu; }
+  std::string Describe() const override {
+    return absl::StrCat("cpu (", ScoreKernelName(), " kernel)");
+  }
+  int64_t bytes_held() const override { return account_->held(); }
+
+  absl::StatusOr<std::unique_ptr<SessionState>> CreateSession(
+      const SessionConfig& config, const SessionLimits& limits) override {
+    if (absl::Status st = ValidateSessionConfig(config); !st.ok()) return st;
+    return std::make_unique<CpuSession>(config, limits, account_);
+  }
+
+ private:
+  std::shared_ptr<ByteAccount> account_;
+};
+
+}  // namespace
+
+bool ByteAccount::TryReserve(int64_t bytes) {
+  int64_t held = held_.load(std::memory_order_relaxed);
+  do {
+    if (limit_ > 0 && held + bytes > limit_) return false;
+  } while (!held_.compare_exchange_weak(held, held + bytes,
+                                        std::memory_order_relaxed));
+  return true;
+}
+
+std::unique_ptr<Backend> CreateCpuBackend(const BackendOptions& options) {
+  return std::make_unique<CpuBackend>(options);
+}
+
+}  // namespace entrokv::internal

@@ -1,0 +1,166 @@
+#include "cpu_kernels.h"
+
+#include <cstring>
+
+#if defined(__x86_64__)
+#include <immintrin.h>
+#endif
+
+namespace entrokv::internal {
+namespace {
+
+inline float LoadElement(ElementType type, const std::byte* p, int64_t i) {
+  switch (type) {
+    case ElementType::kF32: {
+      float v;
+      std::memcpy(&v, p + 4 * i, 4);
+      return v;
+    }
+    case ElementType::kF16: {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      return F16ToFloat(b);
+    }
+    case ElementType::kBf16: {
+      uint16_t b;
+      std::memcpy(&b, p + 2 * i, 2);
+      return Bf16ToFloat(b);
+    }
+  }
+  return 0.0f;
+}
+
+void ScoreKeysScalar(const ScoreArgs& a) {
+  const int64_t esize = static_cast<int64_t>(ElementSize(a.type));
+  const int32_t d = a.head_dim;
+  float key[1024];
+  for (int32_t l = 0; l < a.layers; ++l) {
+    for (int32_t kv = 0; kv < a.kv_heads; ++kv) {
+      const std::byte* base =
+          a.keys + ((int64_t{l} * a.kv_heads + kv) * a.capacity) * d * esize;
+      const int32_t h0 = kv * a.group;
+      const float* q = a.queries + (int64_t{l} * a.kv_heads * a.group + h0) * d;
+      float* z = a.z + (int64_t{l} * a.kv_heads * a.group + h0) * a.z_stride;
+      for (int64_t p = 0; p < a.live; ++p) {
+        const std::byte* k = base + p * d * esize;
+        for (int32_t g = 0; g < a.group; ++g) {
+          float acc = 0.0f;
+          for (int32_t j0 = 0; j0 < d; j0 += 1024) {
+            const int32_t m = d - j0 < 1024 ? d - j0 : 1024;
+            for (int32_t j = 0; j < m; ++j) key[j] = LoadElement(a.type, k, j0 + j);
+            const float* qg = q + int64_t{g} * d + j0;
+            for (int32_t j = 0; j < m; ++j) acc += qg[j] * key[j];
+          }
+          z[int64_t{g} * a.z_stride + p] = acc;
+        }
+      }
+    }
+  }
+}
+
+#if defined(__x86_64__)
+
+__attribute__((target("avx2,fma,f16c"))) inline __m256 Load8(ElementType type,
+                                                          const std::byte* p) {
+  switch (type) {
+    case ElementType::kF16:
+      return _mm256_cvtph_ps(
+          _mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+    case ElementType::kBf16:
+      return _mm256_castsi256_ps(_mm256_slli_epi32(
+          _mm256_cvtepu16_epi32(
+              _mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+          16));
+    case ElementType::kF32:
+    default:
+      return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  }
+}
+
+__attribute__((target("avx2,fma,f16c"))) inline float HorizontalSum(__m256 v) {
+  __m128 lo = _mm256_castps256_ps128(v);
+  __m128 hi = _mm256_extractf128_ps(v, 1);
+  lo = _mm_add_ps(lo, hi);
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+
+// REQUIRES: head_dim % 8 == 0.
+template <ElementType kType>
+__attribute__((target("avx2,fma,f16c"))) void ScoreKeysAvx2(
+    const ScoreArgs& a) {
+  constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
+  const int32_t d = a.head_dim;
+  for (int32_t l = 0; l < a.layers; ++l) {
+    for (int32_t kv = 0; kv < a.kv_heads; ++kv) {
+      const std::byte* base =
+          a.keys + ((int64_t{l} * a.kv_heads + kv) * a.capacity) * d * esize;
+      const int32_t h0 = kv * a.group;
+      const float* q = a.queries + (int64_t{l} * a.kv_heads * a.group + h0) * d;
+      float* z = a.z + (int64_t{l} * a.kv_heads * a.group + h0) * a.z_stride;
+      for (int64_t p = 0; p < a.live; ++p) {
+        const std::byte* k = base + p * d * esize;
+        if (p + 2 < a.live) {
+          _mm_prefetch(reinterpret_cast<const char*>(k + 2 * d * esize),
+                       _MM_HINT_T0);
+        }
+        // Groups of up to four query heads share each converted key chunk.
+        for (int32_t g0 = 0; g0 < a.group; g0 += 4) {
+          const int32_t ng = a.group - g0 < 4 ? a.group - g0 : 4;
+          const float* q0 = q + int64_t{g0} * d;
+          __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+          __m256 acc2 = _mm256_setzero_ps(), acc3 = _mm256_setzero_ps();
+          for (int32_t j = 0; j < d; j += 8) {
+            const __m256 kf = Load8(kType, k + j * esize);
+            acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + j), kf, acc0);
+            if (ng > 1) acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + j), kf, acc1);
+            if (ng > 2) acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * d + j), kf, acc2);
+            if (ng > 3) acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * d + j), kf, acc3);
+          }
+          float* zg = z + int64_t{g0} * a.z_stride + p;
+          zg[0] = HorizontalSum(acc0);
+          if (ng > 1) zg[a.z_stride] = HorizontalSum(acc1);
+          if (ng > 2) zg[2 * a.z_stride] = HorizontalSum(acc2);
+          if (ng > 3) zg[3 * a.z_stride] = HorizontalSum(acc3);
+        }
+      }
+    }
+  }
+}
+
+bool HaveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2") &&
+                           __builtin_cpu_supports("fma") &&
+                           __builtin_cpu_supports("f16c");
+  return have;
+}
+
+#endif  // __x86_64__
+
+}  // namespace
+
+void ScoreKeys(const ScoreArgs& args) {
+#if defined(__x86_64__)
+  if (HaveAvx2() && args.head_dim % 8 == 0) {
+    switch (args.type) {
+      case ElementType::kF32:
+        return ScoreKeysAvx2<ElementType::kF32>(args);
+      case ElementType::kF16:
+        return ScoreKeysAvx2<ElementType::kF16>(args);
+      case ElementType::kBf16:
+        return ScoreKeysAvx2<ElementType::kBf16>(args);
+    }
+  }
+#endif
+  ScoreKeysScalar(args);
+}
+
+const char* ScoreKernelName() {
+#if defined(__x86_64__)
+  if (HaveAvx2()) return "avx2";
+#endif
+  return "scalar";
+}
+
+}  // namespace entrokv::internal

@@ -1,0 +1,40 @@
+// The CPU scoring kernel: scaled dot products of every live key with the
+// queries of its GQA group, reading each key once for the whole group.
+// Dispatches at run time to an AVX2/FMA/F16C version when the CPU has it.
+// Thread-safe (pure function).
+
+#ifndef ENTROKV_CORE_SRC_CPU_KERNELS_H_
+#define ENTROKV_CORE_SRC_CPU_KERNELS_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "entrokv/core/element_type.h"
+
+namespace entrokv::internal {
+
+struct ScoreArgs {
+  ElementType type;
+  // Keys laid out [layer][kv_head][capacity][head_dim] in `type`.
+  const std::byte* keys;
+  int64_t capacity;
+  int32_t layers;
+  int32_t kv_heads;
+  int32_t group;     // q heads per kv head.
+  int32_t head_dim;
+  int64_t live;      // Positions 0..live-1 are scored.
+  // Queries [layer][q_head][head_dim], already multiplied by 1/sqrt(head_dim).
+  const float* queries;
+  // Output z, [layer][q_head][z_stride]; z_stride >= live.
+  float* z;
+  int64_t z_stride;
+};
+
+void ScoreKeys(const ScoreArgs& args);
+
+// The name of the kernel ScoreKeys dispatches to ("avx2" or "scalar").
+const char* ScoreKernelName();
+
+}  // namespace entrokv::internal
+
+#endif  // ENTROKV_CORE_SRC_CPU_KERNELS_H_

@@ -1,0 +1,274 @@
+#include "step_common.h"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+#include "absl/strings/str_cat.h"
+#include "entrokv/core/element_type.h"
+#include "entrokv/core/entropy.h"
+
+namespace entrokv::internal {
+namespace {
+
+// Index of the first non-finite float, or -1.
+int64_t FirstNonFinite(const std::vector<float>& v) {
+  for (size_t i = 0; i < v.size(); ++i) {
+    if (!std::isfinite(v[i])) return static_cast<int64_t>(i);
+  }
+  return -1;
+}
+
+}  // namespace
+
+absl::Status ValidateAndDecode(const SessionConfig& config,
+                               const SessionLimits& limits,
+                               std::optional<uint64_t> last_step,
+                               const absl::flat_hash_set<uint64_t>& live_slots,
+                               int64_t live, const StepInput& input,
+                               DecodedStep* out) {
+  if (last_step.has_value() &&
+      (*last_step == std::numeric_limits<uint64_t>::max() ||
+       input.step != *last_step + 1)) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step: got ", input.step, ", expected ", *last_step + 1,
+        input.step <= *last_step ? " (a repeated or old step)"
+                                 : " (a step is missing)"));
+  }
+  const Shape& shape = config.shape;
+  const int64_t esize = static_cast<int64_t>(ElementSize(shape.element_type));
+  const int64_t n = static_cast<int64_t>(input.append.slot_ids.size());
+  if (!input.append.pinned.empty() &&
+      static_cast<int64_t>(input.append.pinned.size()) != n) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("append.pinned: ", input.append.pinned.size(),
+                     " flags for ", n, " slot ids"));
+  }
+  const int64_t key_bytes = n * shape.key_elements() * esize;
+  if (static_cast<int64_t>(input.append.keys.size()) != key_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "append.keys: ", input.append.keys.size(), " bytes, expected ",
+        key_bytes, " (", n, " entries x ", shape.layers, " layers x ",
+        shape.kv_heads, " kv heads x ", shape.head_dim, " x ", esize,
+        " bytes)"));
+  }
+  const int64_t query_bytes = shape.query_elements() * esize;
+  if (static_cast<int64_t>(input.queries.size()) != query_bytes) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queries: ", input.queries.size(), " bytes, expected ", query_bytes,
+        " (", shape.layers, " layers x ", shape.q_heads, " q heads x ",
+        shape.head_dim, " x ", esize, " bytes)"));
+  }
+  if (input.entropy.has_value() && !input.logits.empty()) {
+    return absl::InvalidArgumentError(
+        "entropy: give either entropy or logits, not both");
+  }
+  if (!input.entropy.has_value() && input.logits.empty() &&
+      PolicyNeedsEntropy(config)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "entropy: required by policy ", PolicyName(config),
+        " (send entropy or logits)"));
+  }
+  double entropy = 0.0;
+  bool has_entropy = false;
+  if (input.entropy.has_value()) {
+    if (absl::Status st = ValidateEntropy(*input.entropy); !st.ok()) return st;
+    entropy = *input.entropy;
+    has_entropy = true;
+  } else if (!input.logits.empty()) {
+    absl::StatusOr<double> h = EntropyFromLogits(input.logits);
+    if (!h.ok()) return h.status();
+    entropy = *h;
+    has_entropy = true;
+  }
+  // Slot ids: unique in the batch and not live.
+  for (int64_t i = 0; i < n; ++i) {
+    const uint64_t id = input.append.slot_ids[i];
+    if (live_slots.contains(id)) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("append.slot_ids: slot id ", id, " is already live"));
+    }
+  }
+  if (n > 1) {
+    absl::flat_hash_set<uint64_t> batch;
+    batch.reserve(n);
+    for (uint64_t id : input.append.slot_ids) {
+      if (!batch.insert(id).second) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "append.slot_ids: slot id ", id, " appears twice in the batch"));
+      }
+    }
+  }
+  if (limits.max_live_entries > 0 && live + n > limits.max_live_entries) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "append.slot_ids: ", live, " live + ", n, " new entries exceed ",
+        "max_live_entries ", limits.max_live_entries));
+  }
+  // Decode, then reject non-finite values.
+  out->keys.resize(static_cast<size_t>(n * shape.key_elements()));
+  DecodeElements(shape.element_type, input.append.keys.data(), out->keys.size(),
+                 out->keys.data());
+  if (int64_t bad = FirstNonFinite(out->keys); bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "append.keys: non-finite value in entry ", bad / shape.key_elements(),
+        " at element ", bad % shape.key_elements()));
+  }
+  out->queries.resize(static_cast<size_t>(shape.query_elements()));
+  DecodeElements(shape.element_type, input.queries.data(), out->queries.size(),
+                 out->queries.data());
+  if (int64_t bad = FirstNonFinite(out->queries); bad >= 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queries: non-finite value at element ", bad));
+  }
+  out->appended = n;
+  out->entropy = entropy;
+  out->has_entropy = has_entropy;
+  return absl::OkStatus();
+}
+
+BudgetController::BudgetController(const SessionConfig& config)
+    : control_(config.budget_control),
+      budget_(config.budget),
+      params_(config.entropy_budget) {
+  min_budget_ = params_.min_budget > 0 ? params_.min_budget : 1;
+  max_budget_ = params_.max_budget > 0
+                    ? params_.max_budget
+                    : static_cast<int64_t>(std::ceil(
+                          static_cast<double>(budget_) * (1.0 + params_.gamma)));
+}
+
+int64_t BudgetController::Next(double h) {
+  if (control_ == BudgetControl::kFixed) return budget_;
+  if (!started_) {
+    started_ = true;
+    mean_ = h;
+    var_ = 0.0;
+  }
+  const double z = (h - mean_) / (std::sqrt(var_) + params_.epsilon);
+  const double raw = static_cast<double>(budget_) *
+                     (1.0 + params_.gamma * std::tanh(z));
+  const int64_t b =
+      std::clamp<int64_t>(std::llround(raw), min_budget_, max_budget_);
+  const double r = params_.ema_rate;
+  const double d = h - mean_;
+  var_ = (1.0 - r) * (var_ + r * d * d);
+  mean_ += r * d;
+  return b;
+}
+
+uint64_t SplitMix64(uint64_t x) {
+  x += 0x9E3779B97F4A7C15ull;
+  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+  return x ^ (x >> 31);
+}
+
+double RandomKeepScore(uint64_t seed, int64_t index, uint64_t step) {
+  const uint64_t x = seed +
+                     0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1) +
+                     0xD1B54A32D192ED03ull * step;
+  return static_cast<double>(SplitMix64(x) >> 11) * 0x1.0p-53;
+}
+
+double KeepScore(const KeepScoreContext& ctx, int64_t index, double key_norm,
+                 double attention, double h2o_acc, double affinity) {
+  constexpr double kInf = std::numeric_limits<double>::infinity();
+  switch (ctx.ranking) {
+    case Ranking::kWindow:
+      return static_cast<double>(index);
+    case Ranking::kStreaming:
+      return index < ctx.streaming_sinks ? kInf : static_cast<double>(index);
+    case Ranking::kH2o:
+      return index >= ctx.h2o_recent_from ? kInf : h2o_acc;
+    case Ranking::kTova:
+      return attention;
+    case Ranking::kKeyNorm:
+      return -key_norm;
+    case Ranking::kRandom:
+      return RandomKeepScore(ctx.seed, index, ctx.step);
+    case Ranking::kAffinity:
+      return affinity;
+  }
+  return 0.0;
+}
+
+int64_t H2oRecentFrom(double recent_fraction, int64_t budget,
+                      absl::Span<const int64_t> live_index,
+                      std::vector<int64_t>* scratch) {
+  const int64_t keep = static_cast<int64_t>(
+      std::ceil(recent_fraction * static_cast<double>(budget)));
+  const int64_t n = static_cast<int64_t>(live_index.size());
+  if (keep <= 0) return std::numeric_limits<int64_t>::max();
+  if (keep >= n) return std::numeric_limits<int64_t>::min();
+  scratch->assign(live_index.begin(), live_index.end());
+  // The keep-th largest index: every index >= it is among the newest `keep`.
+  auto kth = scratch->begin() + (keep - 1);
+  std::nth_element(scratch->begin(), kth, scratch->end(),
+                   std::greater<int64_t>());
+  return *kth;
+}
+
+void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
+                     std::vector<int32_t>* evict) {
+  if (in.need <= 0) return;
+  auto& cands = scratch->candidates;
+  cands.clear();
+  const int32_t n = static_cast<int32_t>(in.keep.size());
+  auto less = [](const SelectionScratch::Candidate& a,
+                 const SelectionScratch::Candidate& b) {
+    return a.score < b.score || (a.score == b.score && a.order < b.order);
+  };
+  if (in.block_size == 1) {
+    for (int32_t p = 0; p < n; ++p) {
+      if (!in.protect[p]) cands.push_back({in.keep[p], in.index[p], p});
+    }
+    const int64_t k = std::min<int64_t>(in.need, cands.size());
+    if (k < static_cast<int64_t>(cands.size())) {
+      std::nth_element(cands.begin(), cands.begin() + k, cands.end(), less);
+    }
+    for (int64_t i = 0; i < k; ++i) evict->push_back(cands[i].pos);
+    return;
+  }
+  // Blocks: aggregate tokens per block id (append index / N), over the range
+  // of blocks that still hold live tokens.
+  const int64_t bs = in.block_size;
+  const int64_t full_blocks = in.next_index / bs;
+  int64_t first_block = full_blocks;
+  for (int32_t p = 0; p < n; ++p) {
+    first_block = std::min(first_block, in.index[p] / bs);
+  }
+  auto& blocks = scratch->blocks;
+  blocks.assign(static_cast<size_t>(full_blocks - first_block),
+                SelectionScratch::Block{});
+  for (int32_t p = 0; p < n; ++p) {
+    const int64_t b = in.index[p] / bs;
+    if (b >= full_blocks) continue;  // The partial last block.
+    SelectionScratch::Block& blk = blocks[b - first_block];
+    blk.max = blk.tokens == 0 ? in.keep[p] : std::max(blk.max, in.keep[p]);
+    blk.sum += in.keep[p];
+    ++blk.tokens;
+    blk.protect = blk.protect || in.protect[p];
+  }
+  for (int64_t b = first_block; b < full_blocks; ++b) {
+    const SelectionScratch::Block& blk = blocks[b - first_block];
+    if (blk.tokens != bs || blk.protect) continue;
+    const double score = in.block_reduce == BlockReduce::kMax
+                             ? blk.max
+                             : blk.sum / static_cast<double>(bs);
+    cands.push_back({score, b, 0});
+  }
+  const int64_t k = std::min<int64_t>((in.need + bs - 1) / bs, cands.size());
+  if (k < static_cast<int64_t>(cands.size())) {
+    std::nth_element(cands.begin(), cands.begin() + k, cands.end(), less);
+  }
+  // Mark chosen blocks, then collect their tokens' positions.
+  for (int64_t i = 0; i < k; ++i) blocks[cands[i].order - first_block].tokens = -1;
+  for (int32_t p = 0; p < n; ++p) {
+    const int64_t b = in.index[p] / bs;
+    if (b < full_blocks && blocks[b - first_block].tokens == -1) {
+      evict->push_back(p);
+    }
+  }
+}
+
+}  // namespace entrokv::internal

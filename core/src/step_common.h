@@ -1,0 +1,142 @@
+// Host-side pieces of a step that every backend shares, so that backends
+// differ only in where keys live and how scores are computed: input validation
+// and decoding, the entropy budget controller, the keep-score rules that need
+// no key data, and eviction selection (docs/step-semantics.md, sections 1, 4,
+// 6, 7 and 8). Not thread-safe; each session owns its own instances.
+
+#ifndef ENTROKV_CORE_SRC_STEP_COMMON_H_
+#define ENTROKV_CORE_SRC_STEP_COMMON_H_
+
+#include <cstdint>
+#include <optional>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "entrokv/core/config.h"
+#include "entrokv/core/session.h"
+
+namespace entrokv::internal {
+
+// Per-entry state bytes counted in bytes_held besides the keys.
+inline constexpr int64_t kEntryStateBytes = 40;
+
+inline int64_t BytesPerEntry(const Shape& shape) {
+  return shape.key_elements() *
+             static_cast<int64_t>(ElementSize(shape.element_type)) +
+         kEntryStateBytes;
+}
+
+// A validated step, decoded to floats.
+struct DecodedStep {
+  int64_t appended = 0;       // New entries.
+  std::vector<float> keys;    // appended × key_elements, decoded.
+  std::vector<float> queries; // query_elements, decoded.
+  double entropy = 0.0;       // H used (0 when none was given).
+  bool has_entropy = false;
+};
+
+// Checks `input` against the session (docs/step-semantics.md section 1, all
+// but the byte limit, which belongs to the backend) and decodes it into `out`.
+// Changes nothing else; `out` is scratch reused across steps.
+absl::Status ValidateAndDecode(const SessionConfig& config,
+                               const SessionLimits& limits,
+                               std::optional<uint64_t> last_step,
+                               const absl::flat_hash_set<uint64_t>& live_slots,
+                               int64_t live, const StepInput& input,
+                               DecodedStep* out);
+
+// The budget controller (section 6).
+class BudgetController {
+ public:
+  explicit BudgetController(const SessionConfig& config);
+
+  // The budget of a step with entropy `h` (ignored by kFixed); folds `h` into
+  // the running statistics.
+  int64_t Next(double h);
+
+ private:
+  BudgetControl control_;
+  int64_t budget_;
+  EntropyBudgetParams params_;
+  int64_t min_budget_;
+  int64_t max_budget_;
+  bool started_ = false;
+  double mean_ = 0.0;
+  double var_ = 0.0;
+};
+
+uint64_t SplitMix64(uint64_t x);
+
+// The `random` ranking's keep score of an entry, uniform in [0, 1).
+double RandomKeepScore(uint64_t seed, int64_t index, uint64_t step);
+
+// The live entries as the selection sees them: per position, the keep score,
+// append index and protection flag.
+struct SelectionInput {
+  absl::Span<const double> keep;
+  absl::Span<const int64_t> index;
+  absl::Span<const uint8_t> protect;
+  int64_t next_index = 0;  // Entries ever appended.
+  int64_t need = 0;        // live − B_t.
+  int32_t block_size = 1;
+  BlockReduce block_reduce = BlockReduce::kMean;
+};
+
+// Reusable buffers for SelectEvictions.
+struct SelectionScratch {
+  struct Candidate {
+    double score;
+    int64_t order;  // Append index (tokens) or block index (blocks).
+    int32_t pos;
+  };
+  std::vector<Candidate> candidates;
+  struct Block {
+    double sum = 0.0;
+    double max = 0.0;
+    int32_t tokens = 0;
+    bool protect = false;
+  };
+  std::vector<Block> blocks;
+};
+
+// Appends to `evict` the positions to evict (section 8), in no given order.
+void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
+                     std::vector<int32_t>* evict);
+
+// True when entry `index` is protected by sinks, recent or its pinned flag.
+inline bool IsProtected(const Protection& p, int64_t index, int64_t next_index,
+                        bool pinned) {
+  return pinned || index < p.sinks || index >= next_index - p.recent;
+}
+
+// Keep score of the rankings that need no scores (window, streaming, keynorm,
+// random) and the h2o recent share; for tova, h2o and affinity it combines the
+// given per-entry quantities. `attention`, `h2o_acc`, `affinity` may be 0 when
+// the ranking does not use them.
+struct KeepScoreContext {
+  Ranking ranking;
+  int64_t streaming_sinks;
+  uint64_t seed;
+  uint64_t step;
+  int64_t h2o_recent_from;  // Append index from which h2o keeps everything.
+};
+double KeepScore(const KeepScoreContext& ctx, int64_t index, double key_norm,
+                 double attention, double h2o_acc, double affinity);
+
+// The append index from which the h2o ranking's recent share starts: the
+// ceil(recent_fraction · B_t) newest live entries, given the live append
+// indices (in any order). `scratch` is reused.
+int64_t H2oRecentFrom(double recent_fraction, int64_t budget,
+                      absl::Span<const int64_t> live_index,
+                      std::vector<int64_t>* scratch);
+
+inline bool RankingNeedsMeanLogit(Ranking r) { return r == Ranking::kAffinity; }
+inline bool RankingNeedsAttention(Ranking r) {
+  return r == Ranking::kH2o || r == Ranking::kTova;
+}
+
+}  // namespace entrokv::internal
+
+#endif  // ENTROKV_CORE_SRC_STEP_COMMON_H_
