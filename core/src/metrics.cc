@@ -20,6 +20,7 @@ QualityMetrics ComputeQuality(const Shape& shape, absl::Span<const float> keys,
   std::vector<double> o_kept(static_cast<size_t>(d));
   double error_sum = 0.0;
   double recall_sum = 0.0;
+  double first_order_sum = 0.0;
   for (int32_t l = 0; l < shape.layers; ++l) {
     for (int32_t h = 0; h < shape.q_heads; ++h) {
       const int32_t kv = h / group;
@@ -47,20 +48,31 @@ QualityMetrics ComputeQuality(const Shape& shape, absl::Span<const float> keys,
           for (int32_t j = 0; j < d; ++j) o_kept[j] += w * v[j];
         }
       }
+      const double mass_ev = mass_full - mass_kept;
       double diff = 0.0;
+      double diff_ev = 0.0;
       double norm = 0.0;
       for (int32_t j = 0; j < d; ++j) {
         const double full = o_full[j] / mass_full;
         const double kept = mass_kept > 0.0 ? o_kept[j] / mass_kept : 0.0;
+        const double ev =
+            mass_ev > 0.0 ? (o_full[j] - o_kept[j]) / mass_ev : full;
         diff += (full - kept) * (full - kept);
+        diff_ev += (ev - full) * (ev - full);
         norm += full * full;
       }
-      error_sum += norm > 0.0 ? std::sqrt(diff / norm) : 0.0;
-      recall_sum += mass_kept / mass_full;
+      const double recall = mass_kept / mass_full;
+      if (norm > 0.0) {
+        error_sum += std::sqrt(diff / norm);
+        first_order_sum += (1.0 - recall) * std::sqrt(diff_ev / norm);
+      }
+      recall_sum += recall;
     }
   }
   const double rows = static_cast<double>(int64_t{shape.layers} * shape.q_heads);
-  return {.memory_error = error_sum / rows, .attention_recall = recall_sum / rows};
+  return {.memory_error = error_sum / rows,
+          .attention_recall = recall_sum / rows,
+          .first_order_error = first_order_sum / rows};
 }
 
 }  // namespace entrokv

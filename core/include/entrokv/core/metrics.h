@@ -17,6 +17,11 @@ struct QualityMetrics {
   double memory_error = 0.0;
   // Full-cache attention mass on live entries, averaged over layers, q heads.
   double attention_recall = 1.0;
+  // The memory error to first order in the evicted attention mass 1 − R:
+  // (1 − R)·‖ō_ev − o_full‖ / ‖o_full‖, with ō_ev the attention output over
+  // the evicted entries alone, averaged like memory_error. The exact error is
+  // this divided by R (docs/simulator.md derives both).
+  double first_order_error = 0.0;
 };
 
 // `keys` and `values` hold n entries × shape.key_elements() floats
