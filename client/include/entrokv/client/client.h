@@ -1,0 +1,101 @@
+// Client: an inference engine's handle on an entrokv sidecar.
+//
+// A Client holds one gRPC channel to a target ("127.0.0.1:50051",
+// "unix:/run/entrokv/entrokv.sock", any gRPC target string) and makes the
+// unary calls: create, attach, inspect, list and close sessions. Each Session
+// it creates runs its own Decode stream over the shared channel (see
+// session.h). Connect() does not wait for the server: an unreachable server
+// surfaces as UNAVAILABLE on the first call, or as an offline Session.
+//
+// Thread-safety: a Client is thread-safe; any number of threads may create
+// and use sessions at once. Sessions may outlive their Client.
+
+#ifndef ENTROKV_CLIENT_CLIENT_H_
+#define ENTROKV_CLIENT_CLIENT_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "entrokv/client/session.h"
+#include "entrokv/core/config.h"
+#include "entrokv/core/session.h"
+
+namespace entrokv {
+
+struct ClientOptions {
+  std::string target = "unix:/run/entrokv/entrokv.sock";
+  // Deadline of each unary call (create, get, list, close).
+  absl::Duration rpc_deadline = absl::Seconds(5);
+  // Largest message sent or received; raise it for long prefill chunks.
+  int32_t max_message_bytes = 64 << 20;
+};
+
+// A session as the server describes it.
+struct SessionInfo {
+  std::string id;
+  SessionConfig config;  // Effective: defaults filled in.
+  SessionStats stats;    // live, peak, budget, steps, bytes held, placement.
+  bool attached = false;  // A Decode stream owns it now.
+  absl::Duration idle;    // Since it was last detached (0 while attached).
+};
+
+struct ServerInfo {
+  int64_t sessions = 0;
+  int64_t max_sessions = 0;  // 0: unlimited (likewise below).
+  int64_t bytes_held = 0;
+  int64_t max_bytes = 0;
+  int64_t gpu_bytes_held = 0;
+  int64_t max_gpu_bytes = 0;
+  int64_t max_live_entries = 0;
+  bool gpu_available = false;
+};
+
+class Client {
+ public:
+  // Creates the channel; does not contact the server.
+  // Errors: InvalidArgument for an empty target.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(
+      const ClientOptions& options);
+
+  virtual ~Client() = default;
+
+  virtual const ClientOptions& options() const = 0;
+
+  // Creates a server session (`session_id` empty: the server names it) and
+  // attaches a Decode stream to it. With options.offline_when_unavailable,
+  // an unreachable server yields an offline Session (empty id, degraded()
+  // from the start) instead of UNAVAILABLE. Errors: the server's status
+  // (InvalidArgument naming a bad config field, ResourceExhausted past
+  // max_sessions, AlreadyExists for a taken id, ...).
+  virtual absl::StatusOr<std::unique_ptr<Session>> CreateSession(
+      const SessionConfig& config, const SessionOptions& options = {},
+      std::string_view session_id = {}) = 0;
+
+  // Attaches to an existing session, e.g. after the engine's stream broke.
+  // The next step is the server's last step + 1. `live_slots` are the slots
+  // the engine still holds for it, in append order: the local fallback can
+  // only evict entries it knows of. Errors: NotFound (unknown or reclaimed),
+  // FailedPrecondition (attached to another live stream).
+  virtual absl::StatusOr<std::unique_ptr<Session>> Attach(
+      std::string_view session_id, const SessionOptions& options = {},
+      absl::Span<const uint64_t> live_slots = {}) = 0;
+
+  virtual absl::StatusOr<SessionInfo> GetSession(
+      std::string_view session_id) = 0;
+  // Every session, ordered by id; `server` (optional) receives usage/limits.
+  virtual absl::StatusOr<std::vector<SessionInfo>> ListSessions(
+      ServerInfo* server = nullptr) = 0;
+  // Closes a session by id and frees its state. Errors: NotFound.
+  virtual absl::Status CloseSession(std::string_view session_id) = 0;
+};
+
+}  // namespace entrokv
+
+#endif  // ENTROKV_CLIENT_CLIENT_H_

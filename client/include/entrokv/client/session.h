@@ -1,0 +1,181 @@
+// Session: one sequence's connection to the entrokv sidecar, as an inference
+// engine's decode loop uses it.
+//
+// A Session owns one Decode stream attached to one server session. Each call
+// sends one step (the entries the engine appended since the previous step,
+// the step's queries and the next-token entropy) and yields the slot ids the
+// engine must free. Step numbers are assigned by the Session: the first step
+// is SessionOptions::first_step (or the server's last step + 1 after Attach),
+// and each accepted step advances it by one.
+//
+// Two ways to drive it:
+//  - Blocking: Step() sends and waits for that step's evictions.
+//  - Pipelined: StepPipelined() sends step t and returns step t-1's evictions,
+//    so that the round trip overlaps the engine's own compute and evictions
+//    are applied one step late. StepAsync()/Collect() are the same two halves
+//    for engines that want to place them themselves.
+// The server's decisions do not depend on when the engine frees slots, so on
+// the same inputs the pipelined results are the blocking ones shifted by one
+// step.
+//
+// The engine never stalls on the sidecar: every step has a deadline
+// (SessionOptions::step_deadline, counted from its send). When it passes, or
+// the stream breaks, or the server was unreachable at creation (an offline
+// session, see Client::CreateSession), the Session decides locally with the
+// `streaming` rule (keep the sinks, pinned and most recent entries, evict the
+// oldest of the rest down to the budget; see live_set.h) and counts it in
+// counters(). From then on the session is degraded: the server's state no
+// longer matches the engine's cache (the wire has no way to tell it which
+// slots were freed locally), so every later step is decided locally too.
+//
+// Errors: a step the server rejects (bad input: INVALID_ARGUMENT naming the
+// field, RESOURCE_EXHAUSTED past a limit, ...) is returned as that status and
+// leaves the session as it was: the engine may resend a corrected step, which
+// takes the same step number. Inputs the client can check (sizes, duplicate
+// slot ids) are rejected before anything is sent.
+//
+// Thread-safety: a Session is used by one thread at a time (the engine's
+// decode loop). Distinct Sessions are independent and may be used from
+// different threads. A Session does not need its Client to outlive it.
+
+#ifndef ENTROKV_CLIENT_SESSION_H_
+#define ENTROKV_CLIENT_SESSION_H_
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "entrokv/client/vectors.h"
+#include "entrokv/core/config.h"
+
+namespace entrokv {
+
+struct SessionOptions {
+  // Per-step deadline, counted from the step's send. Past it the step is
+  // decided locally. absl::InfiniteDuration(): wait for the server forever.
+  absl::Duration step_deadline = absl::Milliseconds(100);
+  // Deadline of the stream's attach handshake (CreateSession / Attach).
+  absl::Duration attach_deadline = absl::Seconds(5);
+  // Step number of the first step of a new session.
+  uint64_t first_step = 0;
+  // When the server is unreachable at CreateSession (UNAVAILABLE or
+  // DEADLINE_EXCEEDED), return an offline Session that decides every step
+  // locally instead of failing.
+  bool offline_when_unavailable = true;
+  // When a step carries logits, compute their entropy on the engine side and
+  // send only the entropy (true), or send the logits (false).
+  bool entropy_on_client = true;
+};
+
+// One step's input. Spans are read during the call only.
+struct StepRequest {
+  // Entries appended since the previous step: the engine's slot ids, unique
+  // among the session's live entries.
+  absl::Span<const uint64_t> slot_ids;
+  // Empty, or one flag per slot id: a pinned entry is never evicted.
+  absl::Span<const uint8_t> pinned;
+  // slot_ids.size() · layers · kv_heads · head_dim elements, laid out
+  // [entry][layer][kv_head][head_dim]; any element type (converted).
+  VectorView keys;
+  // layers · q_heads · head_dim elements, [layer][q_head][head_dim].
+  VectorView queries;
+  // The next-token entropy in nats, or the logits it is computed from. One
+  // of them is required when PolicyNeedsEntropy(config).
+  std::optional<double> entropy;
+  absl::Span<const float> logits;
+};
+
+struct StepOutcome {
+  uint64_t step = 0;
+  // The slots to free now, in append order (oldest first).
+  std::vector<uint64_t> evicted;
+  int64_t live = 0;      // Live entries after the evictions.
+  int64_t budget = 0;    // The step's effective budget.
+  double entropy = 0.0;  // The entropy used (0 when none was needed).
+  bool fallback = false;  // Decided locally, not by the server.
+  absl::Duration latency;  // From send to result (client side).
+  absl::Duration server_compute;  // Server time in core (0 for fallbacks).
+};
+
+struct SessionCounters {
+  int64_t steps = 0;           // Steps answered, by the server or locally.
+  int64_t server_steps = 0;    // Answered by the server.
+  int64_t fallback_steps = 0;  // Decided locally; the sum of the three below.
+  int64_t fallback_deadline = 0;     // ... because its deadline passed.
+  int64_t fallback_unavailable = 0;  // ... because the stream broke / offline.
+  int64_t fallback_degraded = 0;     // ... because an earlier step fell back.
+  int64_t rejected_steps = 0;  // Steps the server or client rejected.
+  int64_t evicted_by_server = 0;
+  int64_t evicted_by_fallback = 0;
+  int64_t bytes_sent = 0;      // Serialized request bytes.
+  int64_t bytes_received = 0;  // Serialized response bytes.
+};
+
+class Session {
+ public:
+  class Impl;
+  explicit Session(std::unique_ptr<Impl> impl);
+  Session(const Session&) = delete;
+  Session& operator=(const Session&) = delete;
+  // Ends the stream (steps in flight are abandoned); the server session stays
+  // open and attachable until the server's idle timeout. Call Close() to free
+  // it now.
+  ~Session();
+
+  // The server's session id; empty for an offline session.
+  const std::string& id() const;
+  // The effective configuration (defaults filled in by the server).
+  const SessionConfig& config() const;
+  // The number the next step will carry.
+  uint64_t next_step() const;
+  // True once steps are decided locally; degraded_reason() says why.
+  bool degraded() const;
+  absl::Status degraded_reason() const;
+  // Steps sent and not yet collected (0, 1 or 2).
+  int in_flight() const;
+  SessionCounters counters() const;
+  // Live entries as this client knows them, in append order.
+  std::vector<uint64_t> LiveSlots() const;
+
+  // Sends one step and waits for its evictions (or decides locally when the
+  // deadline passes). Errors: InvalidArgument for input the client rejects,
+  // the server's status for a step it rejects.
+  // REQUIRES: in_flight() == 0; the session is not closed.
+  absl::StatusOr<StepOutcome> Step(const StepRequest& request);
+
+  // Sends step t and returns step t-1's outcome (nullopt when nothing was in
+  // flight, i.e. on the first call). An error of step t-1 is returned as
+  // such; step t is in flight either way unless the error is one the client
+  // detected in `request` before sending it.
+  // REQUIRES: in_flight() <= 1; the session is not closed.
+  absl::StatusOr<std::optional<StepOutcome>> StepPipelined(
+      const StepRequest& request);
+
+  // The halves: StepAsync sends a step without waiting; Collect waits for the
+  // oldest step in flight (its deadline counted from its send).
+  // REQUIRES (StepAsync): in_flight() <= 1. (Collect): in_flight() >= 1.
+  absl::Status StepAsync(const StepRequest& request);
+  absl::StatusOr<StepOutcome> Collect();
+
+  // Collects the step still in flight at the end of a pipelined run (nullopt
+  // when none is).
+  // REQUIRES: in_flight() <= 1.
+  absl::StatusOr<std::optional<StepOutcome>> Flush();
+
+  // Ends the stream and closes the server session (its state is freed).
+  // Later steps fail with FailedPrecondition. Idempotent.
+  absl::Status Close();
+
+ private:
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace entrokv
+
+#endif  // ENTROKV_CLIENT_SESSION_H_

@@ -1,0 +1,174 @@
+#include "entrokv/client/client.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "convert.h"
+#include "decode_stream.h"
+#include "entrokv/v1/entrokv.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "session_impl.h"
+
+namespace entrokv {
+namespace {
+
+using client_internal::ConfigFromProto;
+using client_internal::ConfigToProto;
+using client_internal::FromGrpc;
+using client_internal::FromProto;
+using client_internal::InfoFromProto;
+
+bool IsUnreachable(const absl::Status& status) {
+  return status.code() == absl::StatusCode::kUnavailable ||
+         status.code() == absl::StatusCode::kDeadlineExceeded;
+}
+
+class ClientImpl final : public Client {
+ public:
+  ClientImpl(const ClientOptions& options,
+             std::shared_ptr<v1::EntroKv::Stub> stub)
+      : options_(options), stub_(std::move(stub)) {}
+
+  const ClientOptions& options() const override { return options_; }
+
+  absl::StatusOr<std::unique_ptr<Session>> CreateSession(
+      const SessionConfig& config, const SessionOptions& options,
+      std::string_view session_id) override {
+    absl::Status valid = ValidateSessionConfig(config);
+    if (!valid.ok()) return valid;
+    v1::CreateSessionRequest request;
+    ConfigToProto(config, request.mutable_config());
+    request.set_session_id(std::string(session_id));
+    v1::CreateSessionResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    absl::Status status =
+        FromGrpc(stub_->CreateSession(&context, request, &response));
+    if (!status.ok()) {
+      if (IsUnreachable(status) && options.offline_when_unavailable) {
+        return std::make_unique<Session>(
+            std::make_unique<Session::Impl>(config, options, status));
+      }
+      return status;
+    }
+    SessionConfig effective = response.session().has_config()
+                                  ? ConfigFromProto(response.session().config())
+                                  : config;
+    return Open(response.session_id(), effective, options,
+                options.first_step, {});
+  }
+
+  absl::StatusOr<std::unique_ptr<Session>> Attach(
+      std::string_view session_id, const SessionOptions& options,
+      absl::Span<const uint64_t> live_slots) override {
+    absl::StatusOr<SessionInfo> info = GetSession(session_id);
+    if (!info.ok()) return info.status();
+    const uint64_t first_step = info->stats.last_step.has_value()
+                                    ? *info->stats.last_step + 1
+                                    : options.first_step;
+    return Open(info->id, info->config, options, first_step, live_slots);
+  }
+
+  absl::StatusOr<SessionInfo> GetSession(std::string_view session_id) override {
+    v1::GetSessionRequest request;
+    request.set_session_id(std::string(session_id));
+    v1::GetSessionResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    absl::Status status =
+        FromGrpc(stub_->GetSession(&context, request, &response));
+    if (!status.ok()) return status;
+    return InfoFromProto(response.session());
+  }
+
+  absl::StatusOr<std::vector<SessionInfo>> ListSessions(
+      ServerInfo* server) override {
+    v1::ListSessionsRequest request;
+    v1::ListSessionsResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    absl::Status status =
+        FromGrpc(stub_->ListSessions(&context, request, &response));
+    if (!status.ok()) return status;
+    std::vector<SessionInfo> sessions;
+    sessions.reserve(response.sessions_size());
+    for (const v1::SessionInfo& info : response.sessions()) {
+      sessions.push_back(InfoFromProto(info));
+    }
+    if (server != nullptr) {
+      const v1::ServerStats& s = response.server();
+      server->sessions = s.sessions();
+      server->max_sessions = s.max_sessions();
+      server->bytes_held = s.bytes_held();
+      server->max_bytes = s.max_bytes();
+      server->gpu_bytes_held = s.gpu_bytes_held();
+      server->max_gpu_bytes = s.max_gpu_bytes();
+      server->max_live_entries = s.max_live_entries();
+      server->gpu_available = s.gpu_available();
+    }
+    return sessions;
+  }
+
+  absl::Status CloseSession(std::string_view session_id) override {
+    v1::CloseSessionRequest request;
+    request.set_session_id(std::string(session_id));
+    v1::CloseSessionResponse response;
+    grpc::ClientContext context;
+    SetDeadline(&context);
+    return FromGrpc(stub_->CloseSession(&context, request, &response));
+  }
+
+ private:
+  void SetDeadline(grpc::ClientContext* context) const {
+    context->set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.rpc_deadline));
+  }
+
+  // Opens a Decode stream and attaches `id` to it.
+  absl::StatusOr<std::unique_ptr<Session>> Open(const std::string& id,
+                                                const SessionConfig& config,
+                                                const SessionOptions& options,
+                                                uint64_t first_step,
+                                                absl::Span<const uint64_t> live) {
+    auto stream = std::make_unique<client_internal::DecodeStream>(stub_.get());
+    auto attach = std::make_unique<v1::DecodeRequest>();
+    attach->add_attach(id);
+    stream->Send(std::move(attach));
+    absl::StatusOr<v1::DecodeResponse> response =
+        stream->Next(absl::Now() + options.attach_deadline);
+    if (!response.ok()) return response.status();
+    if (response->attach_results_size() != 1) {
+      return absl::InternalError(absl::StrCat(
+          "entrokv: attach answered with ", response->attach_results_size(),
+          " results"));
+    }
+    absl::Status attached = FromProto(response->attach_results(0).status());
+    if (!attached.ok()) return attached;
+    auto impl = std::make_unique<Session::Impl>(stub_, options_.rpc_deadline,
+                                                id, config, options,
+                                                first_step, std::move(stream));
+    impl->SeedLive(live);
+    return std::make_unique<Session>(std::move(impl));
+  }
+
+  ClientOptions options_;
+  std::shared_ptr<v1::EntroKv::Stub> stub_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    const ClientOptions& options) {
+  if (options.target.empty()) {
+    return absl::InvalidArgumentError("target: empty");
+  }
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options.max_message_bytes);
+  args.SetMaxSendMessageSize(options.max_message_bytes);
+  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
+      options.target, grpc::InsecureChannelCredentials(), args);
+  auto stub = std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(channel));
+  return std::unique_ptr<Client>(new ClientImpl(options, std::move(stub)));
+}
+
+}  // namespace entrokv

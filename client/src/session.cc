@@ -1,0 +1,302 @@
+#include "entrokv/client/session.h"
+
+#include <algorithm>
+#include <chrono>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "convert.h"
+#include "entrokv/core/entropy.h"
+#include "session_impl.h"
+
+namespace entrokv {
+namespace {
+
+StreamingRule RuleFor(const SessionConfig& config) {
+  StreamingRule rule;
+  rule.budget = std::max<int64_t>(config.budget, 1);
+  rule.sinks = std::max(config.protection.sinks, config.streaming_sinks);
+  rule.recent = config.protection.recent;
+  rule.block_size = std::max(config.block_size, 1);
+  return rule;
+}
+
+}  // namespace
+
+Session::Impl::Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
+                    absl::Duration rpc_deadline, std::string id,
+                    const SessionConfig& config, const SessionOptions& options,
+                    uint64_t first_step,
+                    std::unique_ptr<client_internal::DecodeStream> stream)
+    : stub_(std::move(stub)),
+      rpc_deadline_(rpc_deadline),
+      id_(std::move(id)),
+      config_(config),
+      options_(options),
+      rule_(RuleFor(config)),
+      stream_(std::move(stream)),
+      next_step_(first_step) {}
+
+Session::Impl::Impl(const SessionConfig& config, const SessionOptions& options,
+                    absl::Status why)
+    : config_(config),
+      options_(options),
+      rule_(RuleFor(config)),
+      next_step_(options.first_step),
+      degraded_(true),
+      degraded_reason_(std::move(why)) {}
+
+absl::Status Session::Impl::Validate(const StepRequest& request,
+                                     double* entropy,
+                                     bool* has_entropy) const {
+  const Shape& shape = config_.shape;
+  const size_t n = request.slot_ids.size();
+  if (request.keys.size() != n * static_cast<size_t>(shape.key_elements())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "append.keys: ", request.keys.size(), " elements, expected ", n,
+        " entries x ", shape.key_elements()));
+  }
+  if (request.queries.size() != static_cast<size_t>(shape.query_elements())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queries: ", request.queries.size(),
+                     " elements, expected ", shape.query_elements()));
+  }
+  absl::Status append = live_.CheckAppend(request.slot_ids, request.pinned);
+  if (!append.ok()) return append;
+  *has_entropy = false;
+  *entropy = 0.0;
+  if (request.entropy.has_value() && !request.logits.empty()) {
+    return absl::InvalidArgumentError(
+        "entropy: give the entropy or the logits, not both");
+  }
+  if (request.entropy.has_value()) {
+    absl::Status valid = ValidateEntropy(*request.entropy);
+    if (!valid.ok()) return valid;
+    *entropy = *request.entropy;
+    *has_entropy = true;
+  } else if (!request.logits.empty()) {
+    absl::StatusOr<double> h = EntropyFromLogits(request.logits);
+    if (!h.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("logits: ", h.status().message()));
+    }
+    *entropy = *h;
+    *has_entropy = true;
+  } else if (PolicyNeedsEntropy(config_)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "entropy: policy ", PolicyName(config_),
+        " reads the entropy; give it or the logits"));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::Impl::StepAsync(const StepRequest& request) {
+  if (closed_) {
+    return absl::FailedPreconditionError("entrokv: the session is closed");
+  }
+  if (in_flight_.size() >= 2) {
+    return absl::FailedPreconditionError(
+        "entrokv: two steps in flight already; Collect() first");
+  }
+  double entropy = 0.0;
+  bool has_entropy = false;
+  absl::Status valid = Validate(request, &entropy, &has_entropy);
+  if (!valid.ok()) {
+    ++counters_.rejected_steps;
+    return valid;
+  }
+  const absl::Time now = absl::Now();
+  const uint64_t step = next_step_;
+  if (!degraded_) {
+    auto message = std::make_unique<v1::DecodeRequest>();
+    v1::SessionStep* out = message->add_steps();
+    out->set_session_id(id_);
+    out->set_step(step);
+    v1::Append* append = out->mutable_append();
+    append->mutable_slot_ids()->Add(request.slot_ids.begin(),
+                                    request.slot_ids.end());
+    if (!request.pinned.empty()) {
+      append->mutable_pinned()->Reserve(request.pinned.size());
+      for (const uint8_t flag : request.pinned) append->add_pinned(flag != 0);
+    }
+    const ElementType type = config_.shape.element_type;
+    AppendConverted(request.keys, type, append->mutable_keys());
+    AppendConverted(request.queries, type, out->mutable_queries());
+    if (!request.logits.empty() && !options_.entropy_on_client) {
+      out->mutable_logits()->mutable_values()->Add(request.logits.begin(),
+                                                   request.logits.end());
+    } else if (has_entropy) {
+      out->set_entropy(entropy);
+    }
+    counters_.bytes_sent += static_cast<int64_t>(message->ByteSizeLong());
+    stream_->Send(std::move(message));
+  }
+  live_.Append(request.slot_ids, request.pinned);
+  in_flight_.push_back(Pending{
+      step,
+      std::vector<uint64_t>(request.slot_ids.begin(), request.slot_ids.end()),
+      now, entropy, degraded_});
+  ++next_step_;
+  return absl::OkStatus();
+}
+
+void Session::Impl::Degrade(absl::Status why) {
+  if (degraded_) return;
+  degraded_ = true;
+  degraded_reason_ = std::move(why);
+  // The server's state no longer matches the engine's cache: end the stream;
+  // the server keeps the session until its idle timeout (or Close()).
+  if (stream_ != nullptr) stream_->Cancel();
+}
+
+StepOutcome Session::Impl::Fallback(const Pending& pending, Cause cause) {
+  StepOutcome outcome;
+  outcome.step = pending.step;
+  outcome.evicted = live_.StreamingEvictions(rule_);
+  live_.Remove(outcome.evicted);
+  outcome.live = live_.size();
+  outcome.budget = rule_.budget;
+  outcome.entropy = pending.entropy;
+  outcome.fallback = true;
+  outcome.latency = absl::Now() - pending.sent;
+  ++counters_.steps;
+  ++counters_.fallback_steps;
+  switch (cause) {
+    case Cause::kDeadline: ++counters_.fallback_deadline; break;
+    case Cause::kUnavailable: ++counters_.fallback_unavailable; break;
+    case Cause::kDegraded: ++counters_.fallback_degraded; break;
+  }
+  counters_.evicted_by_fallback += static_cast<int64_t>(outcome.evicted.size());
+  return outcome;
+}
+
+absl::StatusOr<StepOutcome> Session::Impl::Collect() {
+  if (in_flight_.empty()) {
+    return absl::FailedPreconditionError("entrokv: no step in flight");
+  }
+  Pending pending = std::move(in_flight_.front());
+  in_flight_.pop_front();
+  if (pending.local) {
+    return Fallback(pending,
+                    stub_ == nullptr ? Cause::kUnavailable : Cause::kDegraded);
+  }
+  if (degraded_) return Fallback(pending, Cause::kDegraded);
+
+  absl::StatusOr<v1::DecodeResponse> response =
+      stream_->Next(pending.sent + options_.step_deadline);
+  if (!response.ok()) {
+    const bool deadline =
+        response.status().code() == absl::StatusCode::kDeadlineExceeded;
+    Degrade(response.status());
+    return Fallback(pending, deadline ? Cause::kDeadline : Cause::kUnavailable);
+  }
+  counters_.bytes_received += static_cast<int64_t>(response->ByteSizeLong());
+  if (response->results_size() != 1) {
+    Degrade(absl::InternalError(absl::StrCat(
+        "entrokv: a step response with ", response->results_size(),
+        " results")));
+    return Fallback(pending, Cause::kUnavailable);
+  }
+  const v1::SessionStepResult& result = response->results(0);
+  absl::Status status = client_internal::FromProto(result.status());
+  if (!status.ok()) {
+    // The server left the session unchanged: forget the step's entries, and
+    // let the next step take its number again.
+    live_.Remove(pending.slot_ids);
+    next_step_ = std::min(next_step_, pending.step);
+    ++counters_.rejected_steps;
+    return status;
+  }
+  StepOutcome outcome;
+  outcome.step = pending.step;
+  outcome.evicted.assign(result.evicted().begin(), result.evicted().end());
+  live_.Remove(outcome.evicted);
+  outcome.live = result.live();
+  outcome.budget = result.budget();
+  outcome.entropy = result.entropy();
+  outcome.latency = absl::Now() - pending.sent;
+  outcome.server_compute = absl::Nanoseconds(result.compute_ns());
+  ++counters_.steps;
+  ++counters_.server_steps;
+  counters_.evicted_by_server += static_cast<int64_t>(outcome.evicted.size());
+  return outcome;
+}
+
+absl::Status Session::Impl::Close() {
+  if (closed_) return absl::OkStatus();
+  closed_ = true;
+  in_flight_.clear();
+  absl::Status status = absl::OkStatus();
+  if (stub_ != nullptr && !id_.empty()) {
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_deadline_));
+    v1::CloseSessionRequest request;
+    request.set_session_id(id_);
+    v1::CloseSessionResponse response;
+    status = client_internal::FromGrpc(
+        stub_->CloseSession(&context, request, &response));
+  }
+  stream_.reset();  // Cancels the stream and waits for its end.
+  return status;
+}
+
+// --- Session ----------------------------------------------------------------
+
+Session::Session(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+Session::~Session() = default;
+
+const std::string& Session::id() const { return impl_->id(); }
+const SessionConfig& Session::config() const { return impl_->config(); }
+uint64_t Session::next_step() const { return impl_->next_step(); }
+bool Session::degraded() const { return impl_->degraded(); }
+absl::Status Session::degraded_reason() const {
+  return impl_->degraded_reason();
+}
+int Session::in_flight() const { return impl_->in_flight(); }
+SessionCounters Session::counters() const { return impl_->counters(); }
+std::vector<uint64_t> Session::LiveSlots() const { return impl_->LiveSlots(); }
+
+absl::StatusOr<StepOutcome> Session::Step(const StepRequest& request) {
+  if (impl_->in_flight() != 0) {
+    return absl::FailedPreconditionError(
+        "entrokv: Step() with steps in flight; Flush() first");
+  }
+  absl::Status sent = impl_->StepAsync(request);
+  if (!sent.ok()) return sent;
+  return impl_->Collect();
+}
+
+absl::StatusOr<std::optional<StepOutcome>> Session::StepPipelined(
+    const StepRequest& request) {
+  if (impl_->in_flight() > 1) {
+    return absl::FailedPreconditionError(
+        "entrokv: StepPipelined() with two steps in flight");
+  }
+  absl::Status sent = impl_->StepAsync(request);
+  if (!sent.ok()) return sent;
+  if (impl_->in_flight() < 2) return std::optional<StepOutcome>();
+  absl::StatusOr<StepOutcome> previous = impl_->Collect();
+  if (!previous.ok()) return previous.status();
+  return std::optional<StepOutcome>(*std::move(previous));
+}
+
+absl::Status Session::StepAsync(const StepRequest& request) {
+  return impl_->StepAsync(request);
+}
+
+absl::StatusOr<StepOutcome> Session::Collect() { return impl_->Collect(); }
+
+absl::StatusOr<std::optional<StepOutcome>> Session::Flush() {
+  if (impl_->in_flight() > 1) {
+    return absl::FailedPreconditionError(
+        "entrokv: Flush() with two steps in flight; Collect() first");
+  }
+  if (impl_->in_flight() == 0) return std::optional<StepOutcome>();
+  absl::StatusOr<StepOutcome> outcome = impl_->Collect();
+  if (!outcome.ok()) return outcome.status();
+  return std::optional<StepOutcome>(*std::move(outcome));
+}
+
+absl::Status Session::Close() { return impl_->Close(); }
+
+}  // namespace entrokv

@@ -1,0 +1,88 @@
+// Session::Impl: the state behind entrokv::Session (see session.h for the
+// contract). Internal to the client library; built by client.cc.
+//
+// Thread-safety: as Session: one caller thread at a time.
+
+#ifndef ENTROKV_CLIENT_SRC_SESSION_IMPL_H_
+#define ENTROKV_CLIENT_SRC_SESSION_IMPL_H_
+
+#include <cstdint>
+#include <deque>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "decode_stream.h"
+#include "entrokv/client/live_set.h"
+#include "entrokv/client/session.h"
+#include "entrokv/core/config.h"
+#include "entrokv/v1/entrokv.grpc.pb.h"
+
+namespace entrokv {
+
+class Session::Impl {
+ public:
+  // An online session: `stream` is attached to `id` already.
+  // `stub` is shared with the Client (it keeps the channel alive).
+  Impl(std::shared_ptr<v1::EntroKv::Stub> stub, absl::Duration rpc_deadline,
+       std::string id, const SessionConfig& config,
+       const SessionOptions& options, uint64_t first_step,
+       std::unique_ptr<client_internal::DecodeStream> stream);
+  // An offline session: every step is decided locally; `why` says why.
+  Impl(const SessionConfig& config, const SessionOptions& options,
+       absl::Status why);
+
+  // Seeds the live set (Attach).
+  void SeedLive(absl::Span<const uint64_t> slots) { live_.Append(slots, {}); }
+
+  const std::string& id() const { return id_; }
+  const SessionConfig& config() const { return config_; }
+  uint64_t next_step() const { return next_step_; }
+  bool degraded() const { return degraded_; }
+  const absl::Status& degraded_reason() const { return degraded_reason_; }
+  int in_flight() const { return static_cast<int>(in_flight_.size()); }
+  const SessionCounters& counters() const { return counters_; }
+  std::vector<uint64_t> LiveSlots() const { return live_.Slots(); }
+
+  absl::Status StepAsync(const StepRequest& request);
+  absl::StatusOr<StepOutcome> Collect();
+  absl::Status Close();
+
+ private:
+  enum class Cause { kDeadline, kUnavailable, kDegraded };
+  struct Pending {
+    uint64_t step;
+    std::vector<uint64_t> slot_ids;
+    absl::Time sent;
+    double entropy;
+    bool local;  // Not sent: decided locally when collected.
+  };
+
+  absl::Status Validate(const StepRequest& request, double* entropy,
+                        bool* has_entropy) const;
+  void Degrade(absl::Status why);
+  StepOutcome Fallback(const Pending& pending, Cause cause);
+
+  std::shared_ptr<v1::EntroKv::Stub> stub_;  // Null when offline.
+  absl::Duration rpc_deadline_;
+  std::string id_;
+  SessionConfig config_;
+  SessionOptions options_;
+  StreamingRule rule_;
+  std::unique_ptr<client_internal::DecodeStream> stream_;
+
+  uint64_t next_step_;
+  LiveSet live_;
+  std::deque<Pending> in_flight_;
+  bool degraded_ = false;
+  absl::Status degraded_reason_;
+  bool closed_ = false;
+  SessionCounters counters_;
+};
+
+}  // namespace entrokv
+
+#endif  // ENTROKV_CLIENT_SRC_SESSION_IMPL_H_
