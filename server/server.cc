@@ -1,0 +1,224 @@
+#include "server/server.h"
+
+#include <chrono>
+#include <climits>
+#include <utility>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#ifdef ENTROKV_HAVE_REFLECTION
+#include "grpcpp/ext/proto_server_reflection_plugin.h"
+#endif
+#include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/security/server_credentials.h"
+#include "grpcpp/server_builder.h"
+#include "server/status_conversion.h"
+#include "spdlog/spdlog.h"
+
+namespace entrokv::server {
+namespace {
+
+constexpr char kServiceName[] = "entrokv.v1.EntroKv";
+
+bool IsUnixAddress(const std::string& address) {
+  return absl::StartsWith(address, "unix:") ||
+         absl::StartsWith(address, "unix-abstract:");
+}
+
+// "host:port" with the port actually bound; wildcard hosts become loopback.
+std::string TcpTarget(const std::string& address, int port) {
+  std::string host = address.substr(0, address.rfind(':'));
+  if (absl::StartsWith(host, "dns:")) host = host.substr(4);
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "[::]") host = "[::1]";
+  return absl::StrCat(host, ":", port);
+}
+
+absl::Status ValidateOptions(const ServerOptions& options) {
+  if (options.listen.empty()) {
+    return absl::InvalidArgumentError("listen: no address");
+  }
+  for (const std::string& address : options.listen) {
+    if (address.empty()) return absl::InvalidArgumentError("listen: empty address");
+    if (!IsUnixAddress(address) && address.rfind(':') == std::string::npos) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "listen: \"", address, "\" is neither host:port nor unix:PATH"));
+    }
+  }
+  if (options.max_sessions < 0) {
+    return absl::InvalidArgumentError("max_sessions: negative");
+  }
+  if (options.max_live_entries < 0) {
+    return absl::InvalidArgumentError("max_live_entries: negative");
+  }
+  if (options.max_bytes < 0) {
+    return absl::InvalidArgumentError("max_bytes: negative");
+  }
+  if (options.max_gpu_bytes < 0) {
+    return absl::InvalidArgumentError("max_gpu_bytes: negative");
+  }
+  if (options.max_message_bytes <= 0 || options.max_message_bytes > INT_MAX) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("max_message_bytes: must be in [1, ", INT_MAX, "]"));
+  }
+  if (options.idle_timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("idle_timeout: must be positive");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Server>> Server::Start(
+    const ServerOptions& options) {
+  if (absl::Status status = ValidateOptions(options); !status.ok()) {
+    return status;
+  }
+  std::unique_ptr<Server> server(new Server(options));
+
+  BackendOptions cpu_options;
+  cpu_options.max_bytes = options.max_bytes;
+  absl::StatusOr<std::unique_ptr<Backend>> cpu =
+      CreateBackend(BackendKind::kCpu, cpu_options);
+  if (!cpu.ok()) return cpu.status();
+  server->cpu_ = *std::move(cpu);
+  if (options.use_gpu && CudaBackendCompiled()) {
+    BackendOptions gpu_options;
+    gpu_options.max_bytes = options.max_gpu_bytes;
+    gpu_options.device = options.gpu_device;
+    absl::StatusOr<std::unique_ptr<Backend>> gpu =
+        CreateBackend(BackendKind::kCuda, gpu_options);
+    if (gpu.ok()) {
+      server->gpu_ = *std::move(gpu);
+    } else {
+      spdlog::info("no GPU backend: {}", gpu.status().ToString());
+    }
+  }
+
+  RegistryOptions registry_options;
+  registry_options.max_sessions = options.max_sessions;
+  registry_options.max_live_entries = options.max_live_entries;
+  registry_options.idle_timeout = options.idle_timeout;
+  server->registry_ = std::make_unique<SessionRegistry>(
+      registry_options, server->cpu_.get(), server->gpu_.get());
+  ServiceLimits limits;
+  limits.max_message_bytes = options.max_message_bytes;
+  limits.max_bytes = options.max_bytes;
+  limits.max_gpu_bytes = options.max_gpu_bytes;
+  server->service_ =
+      std::make_unique<EntroKvService>(server->registry_.get(), limits);
+
+  grpc::EnableDefaultHealthCheckService(true);
+#ifdef ENTROKV_HAVE_REFLECTION
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+#endif
+  grpc::ServerBuilder builder;
+  // Two servers on one port must not both start silently (see TOOLCHAIN.md).
+  builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+  // Notice dead clients, so that their sessions become attachable again.
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
+                             5000);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
+  builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
+  std::vector<int> ports(options.listen.size(), 0);
+  for (size_t i = 0; i < options.listen.size(); ++i) {
+    builder.AddListeningPort(options.listen[i],
+                             grpc::InsecureServerCredentials(), &ports[i]);
+  }
+  builder.RegisterService(server->service_.get());
+  server->grpc_server_ = builder.BuildAndStart();
+  if (server->grpc_server_ == nullptr) {
+    return absl::UnavailableError(
+        absl::StrCat("listen: could not listen on ",
+                     absl::StrJoin(options.listen, ", ")));
+  }
+  for (size_t i = 0; i < options.listen.size(); ++i) {
+    const std::string& address = options.listen[i];
+    if (IsUnixAddress(address)) {
+      server->targets_.push_back(address);
+    } else {
+      if (ports[i] == 0) {
+        server->grpc_server_->Shutdown();
+        return absl::UnavailableError(
+            absl::StrCat("listen: could not bind ", address));
+      }
+      server->targets_.push_back(TcpTarget(address, ports[i]));
+    }
+  }
+  grpc::HealthCheckServiceInterface* health =
+      server->grpc_server_->GetHealthCheckService();
+  if (health != nullptr) {
+    health->SetServingStatus(true);
+    health->SetServingStatus(kServiceName, true);
+  }
+  server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
+
+  spdlog::info(
+      "entrokv server listening on {}; backends: {}; max_sessions {}, "
+      "max_live_entries {}, max_bytes {}, max_gpu_bytes {}, "
+      "max_message_bytes {}, idle_timeout {}",
+      absl::StrJoin(server->targets_, ", "), server->DescribeBackends(),
+      options.max_sessions, options.max_live_entries, options.max_bytes,
+      options.max_gpu_bytes, options.max_message_bytes,
+      absl::FormatDuration(options.idle_timeout));
+  return server;
+}
+
+Server::~Server() { Shutdown(absl::ZeroDuration()); }
+
+std::string Server::DescribeBackends() const {
+  std::string out = cpu_->Describe();
+  if (gpu_ != nullptr) absl::StrAppend(&out, ", ", gpu_->Describe());
+  return out;
+}
+
+void Server::Shutdown(absl::Duration drain) {
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) {
+      mu_.Await(absl::Condition(&stopped_));
+      return;
+    }
+    stopping_ = true;
+  }
+  spdlog::info("shutting down: draining open streams for up to {}",
+               absl::FormatDuration(drain));
+  if (grpc::HealthCheckServiceInterface* health =
+          grpc_server_->GetHealthCheckService();
+      health != nullptr) {
+    health->SetServingStatus(false);
+    health->SetServingStatus(kServiceName, false);
+  }
+  const auto deadline =
+      std::chrono::system_clock::now() + absl::ToChronoNanoseconds(drain);
+  grpc_server_->Shutdown(deadline);
+  grpc_server_->Wait();
+  if (reaper_.joinable()) reaper_.join();
+  spdlog::info("server stopped; {} sessions were open", registry_->size());
+  absl::MutexLock lock(&mu_);
+  stopped_ = true;
+}
+
+void Server::Wait() {
+  absl::MutexLock lock(&mu_);
+  mu_.Await(absl::Condition(&stopped_));
+}
+
+void Server::ReapLoop() {
+  absl::Duration interval = options_.reap_interval;
+  if (interval <= absl::ZeroDuration()) {
+    interval = std::min(options_.idle_timeout / 4, absl::Seconds(1));
+  }
+  absl::MutexLock lock(&mu_);
+  while (!mu_.AwaitWithTimeout(absl::Condition(&stopping_), interval)) {
+    mu_.Unlock();
+    registry_->Reap(absl::Now());
+    mu_.Lock();
+  }
+}
+
+}  // namespace entrokv::server

@@ -1,0 +1,95 @@
+// Server: the entrokv gRPC server, runnable in process (tests) or from main.
+//
+// Start() creates the backends (CPU always; CUDA when compiled, enabled and a
+// device is present), the session registry and the gRPC server with the
+// entrokv.v1.EntroKv service, the standard health service (grpc.health.v1)
+// and server reflection, listening on every address of ServerOptions::listen
+// ("host:port", port 0 picks a free port; "unix:/path"). A reaper thread
+// reclaims sessions detached for longer than the idle timeout.
+//
+// Shutdown() sets health to NOT_SERVING, stops accepting calls, lets open
+// streams run until the drain deadline, then cancels what is left and waits
+// for every call to end. It is idempotent; the destructor calls it with no
+// drain time.
+//
+// Thread-safety: all methods are thread-safe.
+
+#ifndef ENTROKV_SERVER_SERVER_H_
+#define ENTROKV_SERVER_SERVER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "entrokv/core/backend.h"
+#include "grpcpp/server.h"
+#include "server/service.h"
+#include "server/session_registry.h"
+
+namespace entrokv::server {
+
+struct ServerOptions {
+  std::vector<std::string> listen = {"127.0.0.1:50051"};
+  int64_t max_sessions = 4096;         // 0: unlimited.
+  int64_t max_live_entries = 1 << 20;  // Per session; 0: unlimited.
+  int64_t max_bytes = int64_t{8} << 30;      // CPU bytes held; 0: unlimited.
+  int64_t max_gpu_bytes = 0;                 // GPU bytes held; 0: unlimited.
+  int64_t max_message_bytes = 64 << 20;      // Each way.
+  absl::Duration idle_timeout = absl::Minutes(5);
+  // How often the reaper looks; zero: min(idle_timeout / 4, 1 s).
+  absl::Duration reap_interval = absl::ZeroDuration();
+  bool use_gpu = true;  // Try the CUDA backend.
+  int gpu_device = 0;
+};
+
+class Server {
+ public:
+  // Errors: InvalidArgument (bad option), Unavailable (an address could not be
+  // bound).
+  static absl::StatusOr<std::unique_ptr<Server>> Start(
+      const ServerOptions& options);
+
+  ~Server();
+  Server(const Server&) = delete;
+  Server& operator=(const Server&) = delete;
+
+  // One target per ServerOptions::listen entry, usable by a client: TCP
+  // addresses with their bound port ("127.0.0.1:41234"), unix ones as given.
+  const std::vector<std::string>& targets() const { return targets_; }
+
+  // See the file comment. Returns once every call has ended.
+  void Shutdown(absl::Duration drain);
+  // Blocks until Shutdown() has completed (from another thread).
+  void Wait();
+
+  SessionRegistry& registry() { return *registry_; }
+  const ServerOptions& options() const { return options_; }
+  std::string DescribeBackends() const;
+
+ private:
+  explicit Server(const ServerOptions& options) : options_(options) {}
+  void ReapLoop();
+
+  const ServerOptions options_;
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<Backend> gpu_;
+  std::unique_ptr<SessionRegistry> registry_;
+  std::unique_ptr<EntroKvService> service_;
+  std::unique_ptr<grpc::Server> grpc_server_;
+  std::vector<std::string> targets_;
+  std::thread reaper_;
+
+  absl::Mutex mu_;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopped_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+}  // namespace entrokv::server
+
+#endif  // ENTROKV_SERVER_SERVER_H_

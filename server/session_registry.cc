@@ -1,0 +1,285 @@
+#include "server/session_registry.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "server/status_conversion.h"
+#include "spdlog/spdlog.h"
+
+namespace entrokv::server {
+namespace {
+
+constexpr size_t kMaxSessionIdLength = 128;
+
+absl::Status ValidateSessionId(const std::string& id) {
+  if (id.size() > kMaxSessionIdLength) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("session_id: longer than ", kMaxSessionIdLength,
+                     " characters (", id.size(), ")"));
+  }
+  for (const char c : id) {
+    if (c < 0x21 || c > 0x7e) {
+      return absl::InvalidArgumentError(
+          "session_id: only printable ASCII characters without spaces are "
+          "allowed");
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void SessionEntry::PublishStats() {
+  const SessionStats stats = state_->Stats();
+  live_.store(stats.live, std::memory_order_relaxed);
+  peak_live_.store(stats.peak_live, std::memory_order_relaxed);
+  steps_.store(stats.steps, std::memory_order_relaxed);
+  if (stats.last_step.has_value()) {
+    last_step_.store(*stats.last_step, std::memory_order_relaxed);
+    has_last_step_.store(true, std::memory_order_relaxed);
+  }
+  appended_.store(stats.appended, std::memory_order_relaxed);
+  evicted_.store(stats.evicted, std::memory_order_relaxed);
+  budget_.store(stats.budget, std::memory_order_relaxed);
+  bytes_held_.store(stats.bytes_held, std::memory_order_relaxed);
+  placement_.store(static_cast<uint8_t>(stats.placement),
+                   std::memory_order_release);
+}
+
+SessionStats SessionEntry::PublishedStats() const {
+  SessionStats stats;
+  stats.placement =
+      static_cast<Placement>(placement_.load(std::memory_order_acquire));
+  stats.live = live_.load(std::memory_order_relaxed);
+  stats.peak_live = peak_live_.load(std::memory_order_relaxed);
+  stats.steps = steps_.load(std::memory_order_relaxed);
+  if (has_last_step_.load(std::memory_order_relaxed)) {
+    stats.last_step = last_step_.load(std::memory_order_relaxed);
+  }
+  stats.appended = appended_.load(std::memory_order_relaxed);
+  stats.evicted = evicted_.load(std::memory_order_relaxed);
+  stats.budget = budget_.load(std::memory_order_relaxed);
+  stats.bytes_held = bytes_held_.load(std::memory_order_relaxed);
+  return stats;
+}
+
+SessionRegistry::SessionRegistry(const RegistryOptions& options, Backend* cpu,
+                                 Backend* gpu)
+    : options_(options), cpu_(cpu), gpu_(gpu) {}
+
+SessionRegistry::~SessionRegistry() {
+  absl::MutexLock lock(&mu_);
+  sessions_.clear();
+}
+
+absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
+    const SessionConfig& requested, const std::string& requested_id,
+    bool placement_fallback) {
+  if (absl::Status status = ValidateSessionId(requested_id); !status.ok()) {
+    return status;
+  }
+  if (absl::Status status = ValidateSessionConfig(requested); !status.ok()) {
+    return PrefixMessage("config.", status);
+  }
+  if (options_.max_live_entries > 0 &&
+      requested.budget > options_.max_live_entries) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "config.budget: ", requested.budget,
+        " exceeds the server's limit of live entries per session (",
+        options_.max_live_entries, ")"));
+  }
+
+  // Placement: gpu needs a device (or the fallback); auto prefers the device.
+  SessionConfig config = requested;
+  Backend* backend = cpu_;
+  switch (requested.placement) {
+    case Placement::kCpu:
+      break;
+    case Placement::kGpu:
+      if (gpu_ != nullptr) {
+        backend = gpu_;
+      } else if (!placement_fallback) {
+        return absl::FailedPreconditionError(
+            "config.placement: gpu requested but this server has no CUDA "
+            "device (set placement_fallback to place the session on the CPU)");
+      }
+      break;
+    case Placement::kAuto:
+      if (gpu_ != nullptr) backend = gpu_;
+      break;
+  }
+  config.placement = backend == cpu_ ? Placement::kCpu : Placement::kGpu;
+
+  {
+    absl::MutexLock lock(&mu_);
+    if (options_.max_sessions > 0 &&
+        static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("sessions: the server's limit of ", options_.max_sessions,
+                       " open sessions is reached"));
+    }
+    if (!requested_id.empty() && sessions_.contains(requested_id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("session_id: ", requested_id, " is already in use"));
+    }
+  }
+
+  SessionLimits limits;
+  limits.max_live_entries = options_.max_live_entries;
+  absl::StatusOr<std::unique_ptr<SessionState>> state =
+      backend->CreateSession(config, limits);
+  if (!state.ok()) {
+    if (absl::IsInvalidArgument(state.status())) {
+      return PrefixMessage("config.", state.status());
+    }
+    return state.status();
+  }
+
+  absl::MutexLock lock(&mu_);
+  // Checked again: another Create() may have run meanwhile.
+  if (options_.max_sessions > 0 &&
+      static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("sessions: the server's limit of ", options_.max_sessions,
+                     " open sessions is reached"));
+  }
+  std::string id = requested_id;
+  if (id.empty()) {
+    do {
+      id = absl::StrFormat("s-%016x", absl::Uniform<uint64_t>(bitgen_));
+    } while (sessions_.contains(id));
+  } else if (sessions_.contains(id)) {
+    return absl::AlreadyExistsError(
+        absl::StrCat("session_id: ", id, " is already in use"));
+  }
+  auto entry = std::make_shared<SessionEntry>(id, *std::move(state),
+                                              backend->kind());
+  entry->PublishStats();
+  const absl::Time now = absl::Now();
+  entry->detached_at_ = now;
+  sessions_.emplace(id, entry);
+  spdlog::info("session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}",
+               id, PolicyName(entry->config()), entry->config().budget,
+               config.shape.layers, config.shape.q_heads, config.shape.kv_heads,
+               config.shape.head_dim,
+               ElementTypeName(config.shape.element_type),
+               BackendKindName(backend->kind()));
+  return SnapshotLocked(*entry, now);
+}
+
+absl::StatusOr<SessionSnapshot> SessionRegistry::Close(const std::string& id) {
+  std::shared_ptr<SessionEntry> entry;
+  SessionSnapshot snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = sessions_.find(id);
+    if (it == sessions_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("session_id: no open session ", id));
+    }
+    entry = std::move(it->second);
+    sessions_.erase(it);
+    entry->closed_.store(true, std::memory_order_release);
+    snapshot = SnapshotLocked(*entry, absl::Now());
+  }
+  spdlog::info("session {} closed: {} steps, peak {} live", id,
+               snapshot.stats.steps, snapshot.stats.peak_live);
+  // `entry` is released here, outside the lock; if a stream still holds it,
+  // the state goes when that stream lets go.
+  return snapshot;
+}
+
+absl::StatusOr<SessionSnapshot> SessionRegistry::Get(
+    const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("session_id: no open session ", id));
+  }
+  return SnapshotLocked(*it->second, absl::Now());
+}
+
+std::vector<SessionSnapshot> SessionRegistry::List() const {
+  std::vector<SessionSnapshot> out;
+  {
+    absl::MutexLock lock(&mu_);
+    const absl::Time now = absl::Now();
+    out.reserve(sessions_.size());
+    for (const auto& [id, entry] : sessions_) {
+      out.push_back(SnapshotLocked(*entry, now));
+    }
+  }
+  std::sort(out.begin(), out.end(),
+            [](const SessionSnapshot& a, const SessionSnapshot& b) {
+              return a.id < b.id;
+            });
+  return out;
+}
+
+absl::StatusOr<std::shared_ptr<SessionEntry>> SessionRegistry::Attach(
+    const std::string& id, const void* owner) {
+  absl::MutexLock lock(&mu_);
+  auto it = sessions_.find(id);
+  if (it == sessions_.end()) {
+    return absl::NotFoundError(absl::StrCat("session_id: no open session ", id));
+  }
+  SessionEntry& entry = *it->second;
+  if (entry.owner_ != nullptr && entry.owner_ != owner) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "session_id: session ", id,
+        " is attached to another stream; retry when that stream has ended"));
+  }
+  entry.owner_ = owner;
+  return it->second;
+}
+
+void SessionRegistry::Detach(SessionEntry& entry, const void* owner) {
+  absl::MutexLock lock(&mu_);
+  if (entry.owner_ != owner) return;
+  entry.owner_ = nullptr;
+  entry.detached_at_ = absl::Now();
+}
+
+int SessionRegistry::Reap(absl::Time now) {
+  std::vector<std::shared_ptr<SessionEntry>> reaped;
+  {
+    absl::MutexLock lock(&mu_);
+    for (auto it = sessions_.begin(); it != sessions_.end();) {
+      SessionEntry& entry = *it->second;
+      if (entry.owner_ == nullptr &&
+          now - entry.detached_at_ > options_.idle_timeout) {
+        entry.closed_.store(true, std::memory_order_release);
+        reaped.push_back(std::move(it->second));
+        sessions_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+  for (const auto& entry : reaped) {
+    spdlog::info("session {} reclaimed after {} idle", entry->id(),
+                 absl::FormatDuration(options_.idle_timeout));
+  }
+  return static_cast<int>(reaped.size());
+}
+
+int64_t SessionRegistry::size() const {
+  absl::MutexLock lock(&mu_);
+  return static_cast<int64_t>(sessions_.size());
+}
+
+SessionSnapshot SessionRegistry::SnapshotLocked(const SessionEntry& entry,
+                                                absl::Time now) const {
+  SessionSnapshot snapshot;
+  snapshot.id = entry.id();
+  snapshot.config = entry.config();
+  snapshot.stats = entry.PublishedStats();
+  snapshot.attached = entry.owner_ != nullptr;
+  snapshot.idle =
+      snapshot.attached ? absl::ZeroDuration() : now - entry.detached_at_;
+  return snapshot;
+}
+
+}  // namespace entrokv::server

@@ -1,0 +1,158 @@
+// SessionRegistry: the server's sessions, by id, and who owns each.
+//
+// A session is created on a backend (CPU, or CUDA when the server has one),
+// attached to at most one Decode stream at a time, and reclaimed when closed
+// or when it has been detached for longer than the idle timeout (Reap()).
+//
+// Ownership and locking: the registry's map and each entry's attachment are
+// guarded by one absl::Mutex, taken by create / close / get / list / attach /
+// detach / reap — never per step. While a stream holds a session (Attach()
+// returned its entry) that stream alone calls the entry's SessionState, with no
+// lock; after each step it publishes the session's stats into the entry's
+// atomics (PublishStats()), which Get() / List() read. Close() only marks the
+// entry closed and removes it from the map; the state is destroyed when the
+// last holder (registry or stream) lets go of the entry.
+//
+// Thread-safety: all methods are thread-safe. The backends must outlive the
+// registry and every entry it handed out.
+
+#ifndef ENTROKV_SERVER_SESSION_REGISTRY_H_
+#define ENTROKV_SERVER_SESSION_REGISTRY_H_
+
+#include <atomic>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/random/random.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "entrokv/core/backend.h"
+#include "entrokv/core/config.h"
+#include "entrokv/core/session.h"
+
+namespace entrokv::server {
+
+// One session. `state` is used only by the attached stream (see above).
+class SessionEntry {
+ public:
+  SessionEntry(std::string id, std::unique_ptr<SessionState> state,
+               BackendKind backend)
+      : id_(std::move(id)), state_(std::move(state)), backend_(backend) {}
+
+  const std::string& id() const { return id_; }
+  BackendKind backend() const { return backend_; }
+  const SessionConfig& config() const { return state_->config(); }
+
+  // REQUIRES: the caller is the attached stream.
+  SessionState& state() { return *state_; }
+
+  // REQUIRES: the caller is the attached stream (or the entry is new).
+  void PublishStats();
+  // The stats last published; safe from any thread.
+  SessionStats PublishedStats() const;
+
+  bool closed() const { return closed_.load(std::memory_order_acquire); }
+
+ private:
+  friend class SessionRegistry;
+
+  const std::string id_;
+  const std::unique_ptr<SessionState> state_;
+  const BackendKind backend_;
+
+  std::atomic<bool> closed_{false};
+  std::atomic<int64_t> live_{0};
+  std::atomic<int64_t> peak_live_{0};
+  std::atomic<int64_t> steps_{0};
+  std::atomic<bool> has_last_step_{false};
+  std::atomic<uint64_t> last_step_{0};
+  std::atomic<int64_t> appended_{0};
+  std::atomic<int64_t> evicted_{0};
+  std::atomic<int64_t> budget_{0};
+  std::atomic<int64_t> bytes_held_{0};
+  std::atomic<uint8_t> placement_{0};
+
+  // Guarded by the registry's mutex.
+  const void* owner_ = nullptr;  // The attached stream, or null.
+  absl::Time detached_at_;       // Creation or last detach.
+};
+
+// What Get() / List() / Close() report.
+struct SessionSnapshot {
+  std::string id;
+  SessionConfig config;
+  SessionStats stats;
+  bool attached = false;
+  absl::Duration idle;  // Zero while attached.
+};
+
+struct RegistryOptions {
+  int64_t max_sessions = 0;      // 0: unlimited.
+  int64_t max_live_entries = 0;  // Per session; 0: unlimited.
+  absl::Duration idle_timeout = absl::Minutes(5);
+};
+
+class SessionRegistry {
+ public:
+  // `gpu` may be null (no CUDA device). REQUIRES: cpu != nullptr.
+  SessionRegistry(const RegistryOptions& options, Backend* cpu, Backend* gpu);
+  ~SessionRegistry();
+
+  SessionRegistry(const SessionRegistry&) = delete;
+  SessionRegistry& operator=(const SessionRegistry&) = delete;
+
+  // Creates a session. `requested_id` empty: the registry picks one.
+  // Errors: InvalidArgument (config or id, naming the field), AlreadyExists
+  // (id in use), FailedPrecondition (placement gpu without a device and no
+  // fallback), ResourceExhausted (max sessions, or budget > max live entries).
+  absl::StatusOr<SessionSnapshot> Create(const SessionConfig& config,
+                                         const std::string& requested_id,
+                                         bool placement_fallback);
+
+  // Removes the session (NotFound when unknown); returns its last snapshot.
+  absl::StatusOr<SessionSnapshot> Close(const std::string& id);
+
+  absl::StatusOr<SessionSnapshot> Get(const std::string& id) const;
+  std::vector<SessionSnapshot> List() const;  // Ordered by id.
+
+  // Makes `owner` the session's only stream. Attaching a session `owner`
+  // already holds returns it again. Errors: NotFound, FailedPrecondition
+  // (attached to another stream).
+  absl::StatusOr<std::shared_ptr<SessionEntry>> Attach(const std::string& id,
+                                                       const void* owner);
+  // Releases the session if `owner` holds it; starts its idle clock.
+  void Detach(SessionEntry& entry, const void* owner);
+
+  // Reclaims sessions detached for longer than the idle timeout at `now`;
+  // returns how many.
+  int Reap(absl::Time now);
+
+  int64_t size() const;
+  const RegistryOptions& options() const { return options_; }
+  bool gpu_available() const { return gpu_ != nullptr; }
+  int64_t cpu_bytes_held() const { return cpu_->bytes_held(); }
+  int64_t gpu_bytes_held() const { return gpu_ ? gpu_->bytes_held() : 0; }
+
+ private:
+  SessionSnapshot SnapshotLocked(const SessionEntry& entry, absl::Time now)
+      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+
+  const RegistryOptions options_;
+  Backend* const cpu_;
+  Backend* const gpu_;
+
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, std::shared_ptr<SessionEntry>> sessions_
+      ABSL_GUARDED_BY(mu_);
+  absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace entrokv::server
+
+#endif  // ENTROKV_SERVER_SESSION_REGISTRY_H_
