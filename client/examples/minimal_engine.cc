@@ -15,8 +15,8 @@ int main(int argc, char** argv) {
   if (!client.ok()) return std::fprintf(stderr, "%s\n", client.status().ToString().c_str()), 1;
 
   entrokv::SessionConfig config;  // The model's shape, in f32 on the wire.
-  config.shape = {.layers = 2, .kv_heads = 2, .q_heads = 4, .head_dim = 16,
-                  .element_type = entrokv::ElementType::kF32};
+  config.shape.layers = 2, config.shape.kv_heads = 2, config.shape.q_heads = 4;
+  config.shape.head_dim = 16, config.shape.element_type = entrokv::ElementType::kF32;
   config.budget = 64;
   if (auto s = entrokv::ApplyPolicyName("entropy", &config); !s.ok()) return 1;
   auto session = (*client)->CreateSession(config);
@@ -32,10 +32,11 @@ int main(int argc, char** argv) {
     for (size_t i = 0; i < key.size(); ++i) key[i] = ((t * 7 + i * 3) % 11) / 11.0f - 0.5f;
     for (size_t i = 0; i < query.size(); ++i) query[i] = ((t + i) % 5) / 5.0f - 0.4f;
     for (size_t i = 0; i < logits.size(); ++i) logits[i] = ((t * 13 + i) % 17) / 4.0f;
-    entrokv::StepRequest step{.slot_ids = {&slot, 1},
-                              .keys = entrokv::VectorView::F32(key),
-                              .queries = entrokv::VectorView::F32(query),
-                              .logits = logits};  // Entropy computed here.
+    entrokv::StepRequest step;
+    step.slot_ids = {&slot, 1};
+    step.keys = entrokv::VectorView::F32(key);
+    step.queries = entrokv::VectorView::F32(query);
+    step.logits = logits;  // The client computes the entropy.
     auto outcome = (*session)->Step(step);
     if (!outcome.ok()) return std::fprintf(stderr, "%s\n", outcome.status().ToString().c_str()), 1;
     for (uint64_t evicted : outcome->evicted) cache[evicted] = false;  // Free.

@@ -27,7 +27,9 @@ class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options,
              std::shared_ptr<v1::EntroKv::Stub> stub)
-      : options_(options), stub_(std::move(stub)) {}
+      : options_(options),
+        stub_(std::move(stub)),
+        watchdog_(std::make_shared<client_internal::DeadlineWatchdog>()) {}
 
   const ClientOptions& options() const override { return options_; }
 
@@ -130,12 +132,16 @@ class ClientImpl final : public Client {
                                                 const SessionOptions& options,
                                                 uint64_t first_step,
                                                 absl::Span<const uint64_t> live) {
-    auto stream = std::make_unique<client_internal::DecodeStream>(stub_.get());
+    std::unique_ptr<client_internal::DecodeStream> stream =
+        options.stream_api == StreamApi::kSync
+            ? client_internal::OpenSyncDecodeStream(stub_.get(),
+                                                    watchdog_.get())
+            : client_internal::OpenCallbackDecodeStream(stub_.get());
     auto attach = std::make_unique<v1::DecodeRequest>();
     attach->add_attach(id);
-    stream->Send(std::move(attach));
-    absl::StatusOr<v1::DecodeResponse> response =
-        stream->Next(absl::Now() + options.attach_deadline);
+    const absl::Time deadline = absl::Now() + options.attach_deadline;
+    stream->Send(std::move(attach), deadline);
+    absl::StatusOr<v1::DecodeResponse> response = stream->Next(deadline);
     if (!response.ok()) return response.status();
     if (response->attach_results_size() != 1) {
       return absl::InternalError(absl::StrCat(
@@ -144,15 +150,16 @@ class ClientImpl final : public Client {
     }
     absl::Status attached = FromProto(response->attach_results(0).status());
     if (!attached.ok()) return attached;
-    auto impl = std::make_unique<Session::Impl>(stub_, options_.rpc_deadline,
-                                                id, config, options,
-                                                first_step, std::move(stream));
+    auto impl = std::make_unique<Session::Impl>(
+        stub_, watchdog_, options_.rpc_deadline, id, config, options,
+        first_step, std::move(stream));
     impl->SeedLive(live);
     return std::make_unique<Session>(std::move(impl));
   }
 
   ClientOptions options_;
   std::shared_ptr<v1::EntroKv::Stub> stub_;
+  std::shared_ptr<client_internal::DeadlineWatchdog> watchdog_;
 };
 
 }  // namespace

@@ -6,19 +6,21 @@
 
 namespace entrokv::client_internal {
 
-DecodeStream::DecodeStream(v1::EntroKv::Stub* stub) {
+CallbackDecodeStream::CallbackDecodeStream(v1::EntroKv::Stub* stub) {
   stub->async()->Decode(&context_, this);
   StartRead(&incoming_);
   StartCall();
 }
 
-DecodeStream::~DecodeStream() {
+CallbackDecodeStream::~CallbackDecodeStream() {
   context_.TryCancel();
   absl::MutexLock lock(&mu_);
   mu_.Await(absl::Condition(&done_));
 }
 
-void DecodeStream::Send(std::unique_ptr<v1::DecodeRequest> request) {
+void CallbackDecodeStream::Send(std::unique_ptr<v1::DecodeRequest> request,
+                                absl::Time /*deadline*/) {
+  // Never blocks: the write is queued; Next()'s deadline bounds the step.
   const v1::DecodeRequest* to_write = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -33,7 +35,7 @@ void DecodeStream::Send(std::unique_ptr<v1::DecodeRequest> request) {
   if (to_write != nullptr) StartWrite(to_write);
 }
 
-void DecodeStream::OnWriteDone(bool ok) {
+void CallbackDecodeStream::OnWriteDone(bool ok) {
   const v1::DecodeRequest* to_write = nullptr;
   {
     absl::MutexLock lock(&mu_);
@@ -48,7 +50,7 @@ void DecodeStream::OnWriteDone(bool ok) {
   if (to_write != nullptr) StartWrite(to_write);
 }
 
-void DecodeStream::OnReadDone(bool ok) {
+void CallbackDecodeStream::OnReadDone(bool ok) {
   if (!ok) {
     absl::MutexLock lock(&mu_);
     reads_done_ = true;
@@ -62,7 +64,7 @@ void DecodeStream::OnReadDone(bool ok) {
   StartRead(&incoming_);
 }
 
-void DecodeStream::OnDone(const grpc::Status& status) {
+void CallbackDecodeStream::OnDone(const grpc::Status& status) {
   absl::MutexLock lock(&mu_);
   reads_done_ = true;
   done_ = true;
@@ -71,7 +73,7 @@ void DecodeStream::OnDone(const grpc::Status& status) {
                               : FromGrpc(status);
 }
 
-absl::StatusOr<v1::DecodeResponse> DecodeStream::Next(absl::Time deadline) {
+absl::StatusOr<v1::DecodeResponse> CallbackDecodeStream::Next(absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !responses_.empty() || done_;
@@ -87,6 +89,84 @@ absl::StatusOr<v1::DecodeResponse> DecodeStream::Next(absl::Time deadline) {
       "entrokv: no step result before the step deadline");
 }
 
-void DecodeStream::Cancel() { context_.TryCancel(); }
+void CallbackDecodeStream::Cancel() { context_.TryCancel(); }
+
+namespace {
+
+class SyncDecodeStream final : public DecodeStream {
+ public:
+  SyncDecodeStream(v1::EntroKv::Stub* stub, DeadlineWatchdog* watchdog)
+      : watchdog_(watchdog), stream_(stub->Decode(&context_)) {}
+
+  ~SyncDecodeStream() override {
+    if (!finished_) {
+      context_.TryCancel();
+      (void)stream_->Finish();
+    }
+  }
+
+  void Send(std::unique_ptr<v1::DecodeRequest> request,
+            absl::Time deadline) override {
+    if (broken_) return;
+    const DeadlineWatchdog::Ticket ticket = watchdog_->Arm(&context_, deadline);
+    const bool ok = stream_->Write(*request);
+    const bool fired = watchdog_->Disarm(ticket);
+    if (!ok) End(fired);
+  }
+
+  absl::StatusOr<v1::DecodeResponse> Next(absl::Time deadline) override {
+    if (broken_) return final_status_;
+    v1::DecodeResponse response;
+    const DeadlineWatchdog::Ticket ticket = watchdog_->Arm(&context_, deadline);
+    const bool ok = stream_->Read(&response);
+    const bool fired = watchdog_->Disarm(ticket);
+    if (ok) return response;
+    End(fired);
+    return final_status_;
+  }
+
+  void Cancel() override {
+    context_.TryCancel();
+    if (!broken_) End(false);
+  }
+
+ private:
+  void End(bool deadline_fired) {
+    broken_ = true;
+    if (deadline_fired) {
+      context_.TryCancel();
+      final_status_ = absl::DeadlineExceededError(
+          "entrokv: no step result before the step deadline");
+    }
+    const grpc::Status status = stream_->Finish();
+    finished_ = true;
+    if (!deadline_fired) {
+      final_status_ = status.ok() ? absl::UnavailableError(
+                                        "entrokv: the Decode stream ended")
+                                  : FromGrpc(status);
+    }
+  }
+
+  DeadlineWatchdog* watchdog_;
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeRequest,
+                                           v1::DecodeResponse>>
+      stream_;
+  bool broken_ = false;
+  bool finished_ = false;
+  absl::Status final_status_;
+};
+
+}  // namespace
+
+std::unique_ptr<DecodeStream> OpenSyncDecodeStream(v1::EntroKv::Stub* stub,
+                                                   DeadlineWatchdog* watchdog) {
+  return std::make_unique<SyncDecodeStream>(stub, watchdog);
+}
+
+std::unique_ptr<DecodeStream> OpenCallbackDecodeStream(
+    v1::EntroKv::Stub* stub) {
+  return std::make_unique<CallbackDecodeStream>(stub);
+}
 
 }  // namespace entrokv::client_internal

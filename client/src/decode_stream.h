@@ -1,15 +1,21 @@
-// DecodeStream: one Decode bidi stream on gRPC's callback API, with a
-// blocking, deadline-bounded receive for the caller's thread.
+// DecodeStream: one Decode bidi stream as a Session drives it: Send() a
+// request, Next() its response in order, each bounded by a deadline.
 //
-// Requests are queued and written one at a time in order; responses are
-// queued as they arrive (one read is always outstanding), so a response that
-// comes after its waiter gave up stays available. Internal to the client
-// library.
+// Two implementations (SessionOptions::stream_api):
+//  - Sync: gRPC's blocking ClientReaderWriter on the caller's thread; a
+//    DeadlineWatchdog cancels the call when a Write or Read outlives its
+//    deadline. Lowest latency (no thread hand-off), but a missed deadline
+//    ends the stream.
+//  - Callback: gRPC's callback API (ClientBidiReactor). Requests are queued
+//    and written in order; one read is always outstanding and responses are
+//    queued, so a late response stays available. Costs a thread hand-off per
+//    response.
+// A Session degrades on a missed deadline either way, so the two behave the
+// same to the engine. Internal to the client library.
 //
-// Thread-safety: Send() and Next() may be called from one caller thread while
-// gRPC's threads run the reactions; all shared state is guarded by mu_. The
-// object must not be destroyed before OnDone(): the destructor cancels the
-// call and waits for it.
+// Thread-safety: one caller thread at a time (the Session's); the callback
+// implementation guards what gRPC's threads share with it. The destructor
+// cancels the call and waits for its end.
 
 #ifndef ENTROKV_CLIENT_SRC_DECODE_STREAM_H_
 #define ENTROKV_CLIENT_SRC_DECODE_STREAM_H_
@@ -22,28 +28,48 @@
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "deadline_watchdog.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 
 namespace entrokv::client_internal {
 
-class DecodeStream final
-    : public grpc::ClientBidiReactor<v1::DecodeRequest, v1::DecodeResponse> {
+class DecodeStream {
  public:
-  explicit DecodeStream(v1::EntroKv::Stub* stub);
-  ~DecodeStream() override;
+  virtual ~DecodeStream() = default;
 
-  // Queues `request` for writing. A request sent after the stream ended is
-  // dropped (its Next() reports the stream's end).
-  void Send(std::unique_ptr<v1::DecodeRequest> request);
+  // Sends `request`, giving up (and ending the stream) at `deadline`. A
+  // request sent after the stream ended is dropped (Next() reports the end).
+  virtual void Send(std::unique_ptr<v1::DecodeRequest> request,
+                    absl::Time deadline) = 0;
 
   // The next response, in order. DeadlineExceeded when `deadline` passes
-  // first (the response may still arrive later); the stream's final status
-  // (Unavailable when it ended OK but early) when it ended.
-  absl::StatusOr<v1::DecodeResponse> Next(absl::Time deadline);
+  // first; the stream's final status (Unavailable when it ended OK but
+  // early) when it ended.
+  virtual absl::StatusOr<v1::DecodeResponse> Next(absl::Time deadline) = 0;
 
-  // Cancels the call; pending and later Next() calls report its end.
-  void Cancel();
+  // Cancels the call; later Next() calls report its end.
+  virtual void Cancel() = 0;
+};
+
+// REQUIRES: `stub` and `watchdog` outlive the stream.
+std::unique_ptr<DecodeStream> OpenSyncDecodeStream(v1::EntroKv::Stub* stub,
+                                                   DeadlineWatchdog* watchdog);
+// REQUIRES: `stub` outlives the stream.
+std::unique_ptr<DecodeStream> OpenCallbackDecodeStream(
+    v1::EntroKv::Stub* stub);
+
+class CallbackDecodeStream final
+    : public DecodeStream,
+      public grpc::ClientBidiReactor<v1::DecodeRequest, v1::DecodeResponse> {
+ public:
+  explicit CallbackDecodeStream(v1::EntroKv::Stub* stub);
+  ~CallbackDecodeStream() override;
+
+  void Send(std::unique_ptr<v1::DecodeRequest> request,
+            absl::Time deadline) override;
+  absl::StatusOr<v1::DecodeResponse> Next(absl::Time deadline) override;
+  void Cancel() override;
 
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;

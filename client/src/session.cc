@@ -23,12 +23,15 @@ StreamingRule RuleFor(const SessionConfig& config) {
 
 }  // namespace
 
-Session::Impl::Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
-                    absl::Duration rpc_deadline, std::string id,
+Session::Impl::Impl(
+    std::shared_ptr<v1::EntroKv::Stub> stub,
+    std::shared_ptr<client_internal::DeadlineWatchdog> watchdog,
+    absl::Duration rpc_deadline, std::string id,
                     const SessionConfig& config, const SessionOptions& options,
                     uint64_t first_step,
                     std::unique_ptr<client_internal::DecodeStream> stream)
     : stub_(std::move(stub)),
+      watchdog_(std::move(watchdog)),
       rpc_deadline_(rpc_deadline),
       id_(std::move(id)),
       config_(config),
@@ -129,7 +132,7 @@ absl::Status Session::Impl::StepAsync(const StepRequest& request) {
       out->set_entropy(entropy);
     }
     counters_.bytes_sent += static_cast<int64_t>(message->ByteSizeLong());
-    stream_->Send(std::move(message));
+    stream_->Send(std::move(message), now + options_.step_deadline);
   }
   live_.Append(request.slot_ids, request.pinned);
   in_flight_.push_back(Pending{

@@ -27,9 +27,12 @@ class Session::Impl {
  public:
   // An online session: `stream` is attached to `id` already.
   // `stub` is shared with the Client (it keeps the channel alive).
-  Impl(std::shared_ptr<v1::EntroKv::Stub> stub, absl::Duration rpc_deadline,
-       std::string id, const SessionConfig& config,
-       const SessionOptions& options, uint64_t first_step,
+  // `watchdog` serves `stream` and is kept alive as long as it.
+  Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
+       std::shared_ptr<client_internal::DeadlineWatchdog> watchdog,
+       absl::Duration rpc_deadline, std::string id,
+       const SessionConfig& config, const SessionOptions& options,
+       uint64_t first_step,
        std::unique_ptr<client_internal::DecodeStream> stream);
   // An offline session: every step is decided locally; `why` says why.
   Impl(const SessionConfig& config, const SessionOptions& options,
@@ -67,6 +70,7 @@ class Session::Impl {
   StepOutcome Fallback(const Pending& pending, Cause cause);
 
   std::shared_ptr<v1::EntroKv::Stub> stub_;  // Null when offline.
+  std::shared_ptr<client_internal::DeadlineWatchdog> watchdog_;
   absl::Duration rpc_deadline_;
   std::string id_;
   SessionConfig config_;

@@ -56,6 +56,13 @@
 
 namespace entrokv {
 
+// How a Session drives its Decode stream. kSync: gRPC's blocking stream on
+// the caller's thread, a watchdog thread cancelling it at a missed deadline
+// (the lowest latency: no thread hand-off per step). kCallback: gRPC's
+// callback API, the caller waiting on a condition variable. A missed deadline
+// degrades the session either way, so both behave alike to the engine.
+enum class StreamApi : uint8_t { kSync, kCallback };
+
 struct SessionOptions {
   // Per-step deadline, counted from the step's send. Past it the step is
   // decided locally. absl::InfiniteDuration(): wait for the server forever.
@@ -71,6 +78,7 @@ struct SessionOptions {
   // When a step carries logits, compute their entropy on the engine side and
   // send only the entropy (true), or send the logits (false).
   bool entropy_on_client = true;
+  StreamApi stream_api = StreamApi::kSync;
 };
 
 // One step's input. Spans are read during the call only.

@@ -1,0 +1,639 @@
+// entrokv-loadgen: N concurrent synthetic sessions against a running
+// entrokv-server, side by side with the Echo baseline of the same bytes.
+//
+// Each session thread creates a server session, prefills it with --prefill
+// entries (in chunks, not measured), then runs --rounds rounds; in each round
+// every mode (entrokv Decode steps, then Echo messages of the same sizes) runs
+// --steps_per_round steps per session, all sessions in lock step between
+// phases, so both modes see the same machine state. Latency is measured from
+// a step's send (open loop: from its scheduled time, so queueing counts) to
+// its answer.
+
+#include <atomic>
+#include <barrier>
+#include <chrono>
+#include <cstdio>
+#include <map>
+#include <memory>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "entrokv/client/client.h"
+#include "entrokv/core/config.h"
+#include "entrokv/core/element_type.h"
+#include "entrokv/core/synthetic.h"
+#include "entrokv/v1/entrokv.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
+#include "report.h"
+
+ABSL_FLAG(std::string, target, "127.0.0.1:50051",
+          "Server target: host:port or unix:/path");
+ABSL_FLAG(std::string, mode, "both", "entrokv, echo, or both (interleaved)");
+ABSL_FLAG(std::string, client, "sync",
+          "Decode client: sync (generated stubs, a blocking stream per "
+          "session), library (entrokv::Session, its sync stream) or "
+          "library-callback (entrokv::Session on the callback API)");
+ABSL_FLAG(int32_t, sessions, 8, "Concurrent sessions (one thread each)");
+ABSL_FLAG(int32_t, prefill, 1024, "Entries appended before the decode steps");
+ABSL_FLAG(int32_t, prefill_chunk, 256, "Entries per prefill message");
+ABSL_FLAG(int32_t, rounds, 5, "Rounds; each runs every mode once");
+ABSL_FLAG(int32_t, steps_per_round, 200,
+          "Decode steps per session, mode and round");
+ABSL_FLAG(double, rate, 0.0,
+          "Open loop: steps/s over all sessions; 0: closed loop");
+ABSL_FLAG(int32_t, layers, 4, "Layers sent per step");
+ABSL_FLAG(int32_t, kv_heads, 2, "KV heads");
+ABSL_FLAG(int32_t, q_heads, 8, "Query heads");
+ABSL_FLAG(int32_t, head_dim, 64, "Head dimension");
+ABSL_FLAG(std::string, dtype, "f16", "Element type: f32, f16 or bf16");
+ABSL_FLAG(std::string, policy, "entropy",
+          "Policy: a ranking, RANKING+CONTROL, or entropy");
+ABSL_FLAG(int64_t, budget, 1024, "Live entries budget");
+ABSL_FLAG(int32_t, block_size, 1, "1: tokens; N: blocks of N tokens");
+ABSL_FLAG(std::string, placement, "cpu", "cpu, gpu or auto");
+ABSL_FLAG(uint64_t, seed, 1, "Synthetic stream seed (session i uses seed+i)");
+ABSL_FLAG(int32_t, pool, 64, "Distinct decode steps generated per session");
+ABSL_FLAG(absl::Duration, step_deadline, absl::Seconds(10),
+          "--client=library: per-step deadline");
+ABSL_FLAG(bool, json, false, "Print the report as JSON");
+ABSL_FLAG(bool, progress, true, "Progress bar on stderr");
+
+namespace entrokv::loadgen {
+namespace {
+
+constexpr uint64_t kSlotBase = 1'000'000;
+
+struct PoolStep {
+  std::string key;    // One entry, in the wire element type.
+  std::string query;
+  double entropy;
+};
+
+// What one session sends: prefill chunks and a pool of decode steps.
+struct SessionData {
+  std::vector<std::string> prefill_keys;  // Per chunk.
+  std::vector<int> prefill_counts;
+  std::string prefill_query;
+  double prefill_entropy = 1.0;
+  std::vector<PoolStep> pool;
+};
+
+std::string EncodeBytes(ElementType type, const std::vector<float>& values) {
+  std::string out(values.size() * ElementSize(type), '\0');
+  EncodeElements(type, values.data(), values.size(),
+                 reinterpret_cast<std::byte*>(out.data()));
+  return out;
+}
+
+SessionData MakeData(const SessionConfig& config, int prefill, int chunk,
+                     int pool, uint64_t seed) {
+  SyntheticParams params;
+  params.shape = config.shape;
+  params.seed = seed;
+  SyntheticStream stream(params);
+  SyntheticStep step;
+  SessionData data;
+  const ElementType type = config.shape.element_type;
+  for (int i = 0; i < prefill; ++i) {
+    if (i % chunk == 0) {
+      data.prefill_keys.emplace_back();
+      data.prefill_counts.push_back(0);
+    }
+    stream.Next(&step);
+    data.prefill_keys.back() += EncodeBytes(type, step.key);
+    ++data.prefill_counts.back();
+    data.prefill_query = EncodeBytes(type, step.query);
+    data.prefill_entropy = step.entropy;
+  }
+  for (int i = 0; i < pool; ++i) {
+    stream.Next(&step);
+    data.pool.push_back(PoolStep{EncodeBytes(type, step.key),
+                                 EncodeBytes(type, step.query), step.entropy});
+  }
+  return data;
+}
+
+void FillStep(const std::string& id, uint64_t step, uint64_t first_slot,
+              int count, const std::string& keys, const std::string& query,
+              double entropy, v1::SessionStep* out) {
+  out->set_session_id(id);
+  out->set_step(step);
+  for (int i = 0; i < count; ++i) {
+    out->mutable_append()->add_slot_ids(first_slot + i);
+  }
+  out->mutable_append()->set_keys(keys);
+  out->set_queries(query);
+  out->set_entropy(entropy);
+}
+
+std::string CodeName(int code) {
+  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+}
+
+struct Shared {
+  std::shared_ptr<v1::EntroKv::Stub> stub;
+  std::unique_ptr<Client> client;  // --client=library
+  SessionConfig config;
+  std::vector<std::string> modes;
+  int rounds = 0;
+  int steps_per_round = 0;
+  double per_session_rate = 0.0;
+  int prefill_chunk = 0;
+  int64_t echo_reply_bytes = 0;
+  std::atomic<int64_t> done{0};
+  std::atomic<int64_t> failed_sessions{0};
+  absl::Mutex mu;
+  std::map<std::string, ModeStats> stats ABSL_GUARDED_BY(mu);
+};
+
+// One session's thread: set up, then each phase between barrier waits.
+class SessionRunner {
+ public:
+  SessionRunner(Shared* shared, SessionData data, int index)
+      : shared_(shared), data_(std::move(data)), index_(index) {}
+
+  absl::Status SetUp() {
+    v1::CreateSessionRequest request;
+    v1::SessionConfig* config = request.mutable_config();
+    const SessionConfig& c = shared_->config;
+    config->mutable_shape()->set_layers(c.shape.layers);
+    config->mutable_shape()->set_kv_heads(c.shape.kv_heads);
+    config->mutable_shape()->set_q_heads(c.shape.q_heads);
+    config->mutable_shape()->set_head_dim(c.shape.head_dim);
+    config->mutable_shape()->set_element_type(
+        c.shape.element_type == ElementType::kF32   ? v1::ELEMENT_TYPE_F32
+        : c.shape.element_type == ElementType::kF16 ? v1::ELEMENT_TYPE_F16
+                                                    : v1::ELEMENT_TYPE_BF16);
+    config->set_budget(c.budget);
+    config->set_policy(PolicyName(c));
+    config->set_block_size(c.block_size);
+    config->set_placement(c.placement == Placement::kCpu   ? v1::PLACEMENT_CPU
+                          : c.placement == Placement::kGpu ? v1::PLACEMENT_GPU
+                                                           : v1::PLACEMENT_AUTO);
+    config->set_placement_fallback(true);
+    if (UsesLibrary()) {
+      SessionOptions options;
+      options.step_deadline = absl::GetFlag(FLAGS_step_deadline);
+      options.offline_when_unavailable = false;
+      options.stream_api = absl::GetFlag(FLAGS_client) == "library-callback"
+                               ? StreamApi::kCallback
+                               : StreamApi::kSync;
+      absl::StatusOr<std::unique_ptr<Session>> session =
+          shared_->client->CreateSession(c, options);
+      if (!session.ok()) return session.status();
+      session_ = *std::move(session);
+      id_ = session_->id();
+    } else {
+      grpc::ClientContext context;
+      v1::CreateSessionResponse response;
+      grpc::Status status =
+          shared_->stub->CreateSession(&context, request, &response);
+      if (!status.ok()) {
+        return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                            status.error_message());
+      }
+      id_ = response.session_id();
+      decode_context_ = std::make_unique<grpc::ClientContext>();
+      decode_ = shared_->stub->Decode(decode_context_.get());
+      v1::DecodeRequest attach;
+      attach.add_attach(id_);
+      v1::DecodeResponse reply;
+      if (!decode_->Write(attach) || !decode_->Read(&reply)) {
+        return absl::UnavailableError("Decode stream ended at attach");
+      }
+      if (reply.attach_results(0).status().code() != 0) {
+        return absl::FailedPreconditionError(
+            reply.attach_results(0).status().message());
+      }
+    }
+    // Prefill, in chunks.
+    for (size_t c = 0; c < data_.prefill_keys.size(); ++c) {
+      const int count = data_.prefill_counts[c];
+      absl::Status status = SendDecode(data_.prefill_keys[c], count,
+                                       data_.prefill_query,
+                                       data_.prefill_entropy, nullptr);
+      if (!status.ok()) return status;
+    }
+    echo_context_ = std::make_unique<grpc::ClientContext>();
+    echo_ = shared_->stub->Echo(echo_context_.get());
+    return absl::OkStatus();
+  }
+
+  void RunPhase(const std::string& mode, absl::Time phase_start) {
+    ModeStats stats;
+    for (int k = 0; k < shared_->steps_per_round; ++k) {
+      absl::Time start = absl::Now();
+      if (shared_->per_session_rate > 0) {
+        const absl::Time scheduled =
+            phase_start + absl::Seconds(k / shared_->per_session_rate);
+        if (scheduled > start) absl::SleepFor(scheduled - start);
+        start = scheduled;
+      }
+      if (!broken_) {
+        const PoolStep& p = data_.pool[pool_index_++ % data_.pool.size()];
+        absl::Status status =
+            mode == "echo" ? SendEcho(p, &stats)
+                           : SendDecode(p.key, 1, p.query, p.entropy, &stats);
+        if (status.ok()) {
+          stats.latency_ns.push_back(
+              absl::ToInt64Nanoseconds(absl::Now() - start));
+        } else {
+          ++stats.codes[absl::StatusCodeToString(status.code())];
+        }
+      }
+      shared_->done.fetch_add(1, std::memory_order_relaxed);
+    }
+    absl::MutexLock lock(&shared_->mu);
+    shared_->stats[mode].Merge(stats);
+  }
+
+  void TearDown() {
+    if (UsesLibrary()) {
+      if (session_ != nullptr) (void)session_->Close();
+      return;
+    }
+    if (echo_ != nullptr) {
+      echo_->WritesDone();
+      (void)echo_->Finish();
+    }
+    if (decode_ != nullptr) {
+      decode_->WritesDone();
+      (void)decode_->Finish();
+      grpc::ClientContext context;
+      v1::CloseSessionRequest request;
+      request.set_session_id(id_);
+      v1::CloseSessionResponse response;
+      (void)shared_->stub->CloseSession(&context, request, &response);
+    }
+  }
+
+ private:
+  bool UsesLibrary() const { return shared_->client != nullptr; }
+
+  // Sends one step of `count` new entries; `stats` null: not measured.
+  absl::Status SendDecode(const std::string& keys, int count,
+                          const std::string& query, double entropy,
+                          ModeStats* stats) {
+    const uint64_t first_slot = kSlotBase + next_slot_;
+    next_slot_ += count;
+    if (UsesLibrary()) {
+      std::vector<uint64_t> slots(count);
+      for (int i = 0; i < count; ++i) slots[i] = first_slot + i;
+      const auto* key_bits = reinterpret_cast<const uint16_t*>(keys.data());
+      const auto* query_bits = reinterpret_cast<const uint16_t*>(query.data());
+      const ElementType type = shared_->config.shape.element_type;
+      auto view = [type](const std::string& bytes, const uint16_t* bits) {
+        if (type == ElementType::kF32) {
+          return VectorView::F32(
+              {reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4});
+        }
+        return type == ElementType::kF16 ? VectorView::F16({bits, bytes.size() / 2})
+                                         : VectorView::Bf16({bits, bytes.size() / 2});
+      };
+      StepRequest request;
+      request.slot_ids = slots;
+      request.keys = view(keys, key_bits);
+      request.queries = view(query, query_bits);
+      request.entropy = entropy;
+      const SessionCounters before = session_->counters();
+      absl::StatusOr<StepOutcome> outcome = session_->Step(request);
+      if (!outcome.ok()) return outcome.status();
+      if (stats != nullptr) {
+        const SessionCounters after = session_->counters();
+        stats->bytes_sent += after.bytes_sent - before.bytes_sent;
+        stats->bytes_received += after.bytes_received - before.bytes_received;
+        stats->evicted += static_cast<int64_t>(outcome->evicted.size());
+        stats->fallbacks += after.fallback_steps - before.fallback_steps;
+        stats->server_ns.push_back(
+            absl::ToInt64Nanoseconds(outcome->server_compute));
+        ++stats->codes["OK"];
+      }
+      return absl::OkStatus();
+    }
+    request_.Clear();
+    FillStep(id_, step_++, first_slot, count, keys, query, entropy,
+             request_.add_steps());
+    if (!decode_->Write(request_) || !decode_->Read(&response_)) {
+      broken_ = true;
+      grpc::Status status = decode_->Finish();
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat("Decode: ", status.error_message()));
+    }
+    const v1::SessionStepResult& result = response_.results(0);
+    if (stats != nullptr) {
+      stats->bytes_sent += static_cast<int64_t>(request_.ByteSizeLong());
+      stats->bytes_received += static_cast<int64_t>(response_.ByteSizeLong());
+      stats->evicted += result.evicted_size();
+      stats->server_ns.push_back(result.compute_ns());
+      ++stats->codes[CodeName(result.status().code())];
+    }
+    if (result.status().code() != 0) {
+      --step_;  // The session is unchanged; the number is free again.
+      if (stats == nullptr) {
+        return absl::Status(
+            static_cast<absl::StatusCode>(result.status().code()),
+            result.status().message());
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  absl::Status SendEcho(const PoolStep& p, ModeStats* stats) {
+    // The same bytes as a decode step: the request's serialized size, and a
+    // reply as large as a typical step result.
+    echo_request_.mutable_payload()->assign(
+        static_cast<size_t>(request_size_hint()), 'x');
+    echo_request_.set_reply_bytes(
+        static_cast<uint32_t>(shared_->echo_reply_bytes));
+    if (!echo_->Write(echo_request_) || !echo_->Read(&echo_response_)) {
+      broken_echo_ = true;
+      grpc::Status status = echo_->Finish();
+      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                          absl::StrCat("Echo: ", status.error_message()));
+    }
+    stats->bytes_sent += static_cast<int64_t>(echo_request_.ByteSizeLong());
+    stats->bytes_received += static_cast<int64_t>(echo_response_.ByteSizeLong());
+    ++stats->codes["OK"];
+    return absl::OkStatus();
+  }
+
+  int64_t request_size_hint() {
+    if (request_size_ == 0) {
+      v1::DecodeRequest r;
+      const PoolStep& p = data_.pool[0];
+      FillStep(id_, step_ + 1000, kSlotBase + next_slot_, 1, p.key, p.query,
+               p.entropy, r.add_steps());
+      request_size_ = static_cast<int64_t>(r.ByteSizeLong());
+    }
+    return request_size_;
+  }
+
+  Shared* shared_;
+  SessionData data_;
+  int index_;
+  std::string id_;
+  uint64_t step_ = 0;
+  uint64_t next_slot_ = 0;
+  size_t pool_index_ = 0;
+  bool broken_ = false;
+  bool broken_echo_ = false;
+  int64_t request_size_ = 0;
+  std::unique_ptr<Session> session_;
+  std::unique_ptr<grpc::ClientContext> decode_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>>
+      decode_;
+  std::unique_ptr<grpc::ClientContext> echo_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::EchoMessage, v1::EchoMessage>>
+      echo_;
+  v1::DecodeRequest request_;
+  v1::DecodeResponse response_;
+  v1::EchoMessage echo_request_;
+  v1::EchoMessage echo_response_;
+};
+
+void ProgressLoop(Shared* shared, int64_t total, std::atomic<bool>* stop,
+                  const std::vector<std::string>* phase_names,
+                  std::atomic<int>* phase) {
+  const absl::Time start = absl::Now();
+  while (!stop->load()) {
+    const int64_t done = shared->done.load();
+    const double fraction = total > 0 ? double(done) / total : 1.0;
+    const int width = 40;
+    const int filled = static_cast<int>(fraction * width);
+    const int p = phase->load();
+    std::fprintf(stderr, "\r[%s%s] %5.1f%%  %lld/%lld steps  %.1fs  %s   ",
+                 std::string(filled, '=').c_str(),
+                 std::string(width - filled, ' ').c_str(), 100 * fraction,
+                 static_cast<long long>(done), static_cast<long long>(total),
+                 absl::ToDoubleSeconds(absl::Now() - start),
+                 p < static_cast<int>(phase_names->size())
+                     ? (*phase_names)[p].c_str()
+                     : "done");
+    std::fflush(stderr);
+    absl::SleepFor(absl::Milliseconds(200));
+  }
+  std::fprintf(stderr, "\n");
+}
+
+int Run() {
+  SessionConfig config;
+  config.shape.layers = absl::GetFlag(FLAGS_layers);
+  config.shape.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  config.shape.q_heads = absl::GetFlag(FLAGS_q_heads);
+  config.shape.head_dim = absl::GetFlag(FLAGS_head_dim);
+  if (!ParseElementType(absl::GetFlag(FLAGS_dtype),
+                        &config.shape.element_type)) {
+    std::fprintf(stderr, "--dtype: unknown element type\n");
+    return 2;
+  }
+  config.budget = absl::GetFlag(FLAGS_budget);
+  config.block_size = absl::GetFlag(FLAGS_block_size);
+  if (!ParsePlacement(absl::GetFlag(FLAGS_placement), &config.placement)) {
+    std::fprintf(stderr, "--placement: unknown placement\n");
+    return 2;
+  }
+  absl::Status status = ApplyPolicyName(absl::GetFlag(FLAGS_policy), &config);
+  if (status.ok()) status = ValidateSessionConfig(config);
+  if (!status.ok()) {
+    std::fprintf(stderr, "%s\n", status.ToString().c_str());
+    return 2;
+  }
+
+  Shared shared;
+  shared.config = config;
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "both") {
+    shared.modes = {"entrokv", "echo"};
+  } else if (mode == "entrokv" || mode == "echo") {
+    shared.modes = {mode};
+  } else {
+    std::fprintf(stderr, "--mode: entrokv, echo or both\n");
+    return 2;
+  }
+  const std::string client_kind = absl::GetFlag(FLAGS_client);
+  if (client_kind != "sync" && client_kind != "library" &&
+      client_kind != "library-callback") {
+    std::fprintf(stderr, "--client: sync, library or library-callback\n");
+    return 2;
+  }
+  const int sessions = std::max(1, absl::GetFlag(FLAGS_sessions));
+  shared.rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  shared.steps_per_round = std::max(1, absl::GetFlag(FLAGS_steps_per_round));
+  shared.per_session_rate = absl::GetFlag(FLAGS_rate) / sessions;
+  shared.prefill_chunk = std::max(1, absl::GetFlag(FLAGS_prefill_chunk));
+
+  const std::string target = absl::GetFlag(FLAGS_target);
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(256 << 20);
+  args.SetMaxSendMessageSize(256 << 20);
+  auto channel = grpc::CreateCustomChannel(
+      target, grpc::InsecureChannelCredentials(), args);
+  shared.stub = std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(channel));
+  if (client_kind != "sync") {
+    ClientOptions options;
+    options.target = target;
+    options.max_message_bytes = 256 << 20;
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+    if (!client.ok()) {
+      std::fprintf(stderr, "%s\n", client.status().ToString().c_str());
+      return 1;
+    }
+    shared.client = *std::move(client);
+  }
+  {
+    // A typical step result: one evicted slot.
+    v1::DecodeResponse typical;
+    v1::SessionStepResult* r = typical.add_results();
+    r->set_session_id("s-0000000000000000");
+    r->set_step(1000);
+    r->add_evicted(kSlotBase + 1000);
+    r->set_live(config.budget);
+    r->set_budget(config.budget);
+    r->set_entropy(1.2345);
+    r->set_compute_ns(12345);
+    shared.echo_reply_bytes = static_cast<int64_t>(typical.ByteSizeLong());
+  }
+
+  const int prefill = std::max(0, absl::GetFlag(FLAGS_prefill));
+  std::vector<std::unique_ptr<SessionRunner>> runners;
+  for (int i = 0; i < sessions; ++i) {
+    runners.push_back(std::make_unique<SessionRunner>(
+        &shared,
+        MakeData(config, prefill, shared.prefill_chunk,
+                 std::max(1, absl::GetFlag(FLAGS_pool)),
+                 absl::GetFlag(FLAGS_seed) + i),
+        i));
+  }
+
+  // Phases: [setup] then rounds x modes; each ends at a barrier.
+  std::vector<std::string> phase_names;
+  std::vector<std::string> phase_modes;
+  for (int r = 0; r < shared.rounds; ++r) {
+    for (const std::string& m : shared.modes) {
+      phase_modes.push_back(m);
+      phase_names.push_back(absl::StrFormat("round %d/%d %s", r + 1,
+                                            shared.rounds, m));
+    }
+  }
+  std::atomic<int> phase{0};
+  std::vector<absl::Time> phase_ends;
+  absl::Time phase_start = absl::Now();
+  absl::Time setup_end;
+  bool setup_done = false;
+  auto on_phase_end = [&]() noexcept {
+    const absl::Time now = absl::Now();
+    if (!setup_done) {
+      setup_done = true;
+      setup_end = now;
+    } else {
+      phase_ends.push_back(now);
+      phase.fetch_add(1);
+    }
+    phase_start = now;
+  };
+  std::barrier barrier(sessions, on_phase_end);
+  std::atomic<bool> stop_progress{false};
+  std::thread progress;
+  const int64_t total = int64_t{sessions} * shared.steps_per_round *
+                        static_cast<int64_t>(phase_modes.size());
+  std::vector<absl::Status> setup_status(sessions);
+  std::vector<std::thread> threads;
+  for (int i = 0; i < sessions; ++i) {
+    threads.emplace_back([&, i]() {
+      setup_status[i] = runners[i]->SetUp();
+      barrier.arrive_and_wait();
+      if (!setup_status[i].ok()) {
+        // Keep the lock step, doing nothing.
+        for (size_t p = 0; p < phase_modes.size(); ++p) {
+          barrier.arrive_and_wait();
+        }
+        return;
+      }
+      for (size_t p = 0; p < phase_modes.size(); ++p) {
+        runners[i]->RunPhase(phase_modes[p], phase_start);
+        barrier.arrive_and_wait();
+      }
+      runners[i]->TearDown();
+    });
+  }
+  if (absl::GetFlag(FLAGS_progress)) {
+    progress = std::thread(ProgressLoop, &shared, total, &stop_progress,
+                           &phase_names, &phase);
+  }
+  for (std::thread& t : threads) t.join();
+  stop_progress = true;
+  if (progress.joinable()) progress.join();
+
+  int failed = 0;
+  for (int i = 0; i < sessions; ++i) {
+    if (!setup_status[i].ok()) {
+      if (failed++ == 0) {
+        std::fprintf(stderr, "session %d: %s\n", i,
+                     setup_status[i].ToString().c_str());
+      }
+    }
+  }
+  if (failed == sessions) {
+    std::fprintf(stderr, "every session failed to start\n");
+    return 1;
+  }
+
+  absl::MutexLock lock(&shared.mu);
+  absl::Time previous = setup_end;
+  for (size_t p = 0; p < phase_ends.size(); ++p) {
+    shared.stats[phase_modes[p]].wall_seconds +=
+        absl::ToDoubleSeconds(phase_ends[p] - previous);
+    previous = phase_ends[p];
+  }
+  RunDescription run;
+  run.target = target;
+  run.shape = absl::StrFormat("layers=%d kv_heads=%d q_heads=%d head_dim=%d %s",
+                              config.shape.layers, config.shape.kv_heads,
+                              config.shape.q_heads, config.shape.head_dim,
+                              ElementTypeName(config.shape.element_type));
+  run.policy = PolicyName(config);
+  run.budget = config.budget;
+  run.sessions = sessions;
+  run.prefill = prefill;
+  run.rounds = shared.rounds;
+  run.steps_per_round = shared.steps_per_round;
+  run.rate = absl::GetFlag(FLAGS_rate);
+  run.client = client_kind;
+  {
+    SessionData sample = MakeData(config, 0, 1, 1, 1);
+    v1::DecodeRequest r;
+    FillStep("s-0000000000000000", 1000, kSlotBase + 1000, 1, sample.pool[0].key,
+             sample.pool[0].query, sample.pool[0].entropy, r.add_steps());
+    run.request_bytes = static_cast<int64_t>(r.ByteSizeLong());
+  }
+  if (failed > 0) {
+    shared.stats[shared.modes[0]].codes["SESSION_SETUP_FAILED"] += failed;
+  }
+  const std::string report = absl::GetFlag(FLAGS_json)
+                                 ? FormatJson(run, shared.stats)
+                                 : FormatText(run, shared.stats);
+  std::fputs(report.c_str(), stdout);
+  return failed > 0 ? 1 : 0;
+}
+
+}  // namespace
+}  // namespace entrokv::loadgen
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "Load test for entrokv-server: N synthetic sessions, decode-step "
+      "latency and throughput side by side with the Echo baseline.\n"
+      "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64");
+  absl::ParseCommandLine(argc, argv);
+  return entrokv::loadgen::Run();
+}

@@ -1,0 +1,176 @@
+#include "report.h"
+
+#include <algorithm>
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace entrokv::loadgen {
+namespace {
+
+struct Summary {
+  int64_t count = 0;
+  double steps_per_s = 0;
+  Percentiles latency;
+  Percentiles server;
+  double sent_per_s = 0, received_per_s = 0, evicted_per_step = 0;
+};
+
+Summary Summarize(ModeStats& stats) {
+  Summary s;
+  s.count = static_cast<int64_t>(stats.latency_ns.size());
+  if (stats.wall_seconds > 0) {
+    s.steps_per_s = s.count / stats.wall_seconds;
+    s.sent_per_s = stats.bytes_sent / stats.wall_seconds;
+    s.received_per_s = stats.bytes_received / stats.wall_seconds;
+  }
+  s.latency = ComputePercentiles(&stats.latency_ns);
+  s.server = ComputePercentiles(&stats.server_ns);
+  if (s.count > 0) s.evicted_per_step = double(stats.evicted) / s.count;
+  return s;
+}
+
+std::string Bytes(double per_s) {
+  if (per_s >= 1e9) return absl::StrFormat("%.2f GB/s", per_s / 1e9);
+  if (per_s >= 1e6) return absl::StrFormat("%.2f MB/s", per_s / 1e6);
+  return absl::StrFormat("%.1f kB/s", per_s / 1e3);
+}
+
+std::string JsonPercentiles(const Percentiles& p) {
+  return absl::StrFormat(
+      "{\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, \"p99.9\": %.1f, "
+      "\"max\": %.1f, \"mean\": %.1f}",
+      p.p50_us, p.p90_us, p.p99_us, p.p999_us, p.max_us, p.mean_us);
+}
+
+}  // namespace
+
+void ModeStats::Merge(const ModeStats& other) {
+  latency_ns.insert(latency_ns.end(), other.latency_ns.begin(),
+                    other.latency_ns.end());
+  server_ns.insert(server_ns.end(), other.server_ns.begin(),
+                   other.server_ns.end());
+  bytes_sent += other.bytes_sent;
+  bytes_received += other.bytes_received;
+  evicted += other.evicted;
+  fallbacks += other.fallbacks;
+  for (const auto& [code, n] : other.codes) codes[code] += n;
+}
+
+Percentiles ComputePercentiles(std::vector<int64_t>* ns) {
+  Percentiles p;
+  if (ns->empty()) return p;
+  std::sort(ns->begin(), ns->end());
+  auto at = [&](double q) {
+    const size_t rank = static_cast<size_t>(std::ceil(q * ns->size()));
+    return (*ns)[std::clamp<size_t>(rank, 1, ns->size()) - 1] / 1e3;
+  };
+  p.p50_us = at(0.50);
+  p.p90_us = at(0.90);
+  p.p99_us = at(0.99);
+  p.p999_us = at(0.999);
+  p.max_us = ns->back() / 1e3;
+  double sum = 0;
+  for (const int64_t v : *ns) sum += v;
+  p.mean_us = sum / ns->size() / 1e3;
+  return p;
+}
+
+std::string FormatText(const RunDescription& run,
+                       std::map<std::string, ModeStats>& modes) {
+  std::string out = absl::StrFormat(
+      "entrokv-loadgen  target=%s  %s  policy=%s budget=%d\n"
+      "  sessions=%d prefill=%d rounds=%d x %d steps/session/mode  %s  "
+      "client=%s  request=%d B/step\n\n",
+      run.target, run.shape, run.policy, run.budget, run.sessions,
+      run.prefill, run.rounds, run.steps_per_round,
+      run.rate > 0 ? absl::StrFormat("open loop %.0f steps/s", run.rate)
+                   : std::string("closed loop"),
+      run.client, run.request_bytes);
+  absl::StrAppendFormat(
+      &out, "%-8s %9s %10s %8s %8s %8s %8s %9s %11s %11s %7s  %s\n", "mode",
+      "count", "steps/s", "p50 us", "p90 us", "p99 us", "p99.9 us",
+      "max us", "sent", "received", "evict", "status");
+  std::map<std::string, Summary> summaries;
+  for (auto& [name, stats] : modes) {
+    Summary s = Summarize(stats);
+    summaries[name] = s;
+    std::vector<std::string> codes;
+    for (const auto& [code, n] : stats.codes) {
+      codes.push_back(absl::StrCat(code, "=", n));
+    }
+    absl::StrAppendFormat(
+        &out, "%-8s %9d %10.0f %8.1f %8.1f %8.1f %8.1f %9.1f %11s %11s %7.2f  %s\n",
+        name, s.count, s.steps_per_s, s.latency.p50_us, s.latency.p90_us,
+        s.latency.p99_us, s.latency.p999_us, s.latency.max_us,
+        Bytes(s.sent_per_s), Bytes(s.received_per_s), s.evicted_per_step,
+        absl::StrJoin(codes, " "));
+  }
+  if (summaries.contains("entrokv") && !modes["entrokv"].server_ns.empty()) {
+    const Percentiles& p = summaries["entrokv"].server;
+    absl::StrAppendFormat(&out,
+                          "\nserver compute per step: p50 %.1f us, p99 %.1f "
+                          "us, max %.1f us\n",
+                          p.p50_us, p.p99_us, p.max_us);
+  }
+  if (modes.contains("entrokv") && modes["entrokv"].fallbacks > 0) {
+    absl::StrAppendFormat(&out, "client fallbacks: %d\n",
+                          modes["entrokv"].fallbacks);
+  }
+  if (summaries.contains("entrokv") && summaries.contains("echo") &&
+      summaries["echo"].latency.p50_us > 0 &&
+      summaries["echo"].steps_per_s > 0) {
+    absl::StrAppendFormat(
+        &out,
+        "\nentrokv / echo: p50 latency x%.2f, p99 x%.2f, throughput x%.2f\n",
+        summaries["entrokv"].latency.p50_us / summaries["echo"].latency.p50_us,
+        summaries["entrokv"].latency.p99_us / summaries["echo"].latency.p99_us,
+        summaries["entrokv"].steps_per_s / summaries["echo"].steps_per_s);
+  }
+  return out;
+}
+
+std::string FormatJson(const RunDescription& run,
+                       std::map<std::string, ModeStats>& modes) {
+  std::vector<std::string> parts;
+  std::map<std::string, Summary> summaries;
+  for (auto& [name, stats] : modes) {
+    Summary s = Summarize(stats);
+    summaries[name] = s;
+    std::vector<std::string> codes;
+    for (const auto& [code, n] : stats.codes) {
+      codes.push_back(absl::StrFormat("\"%s\": %d", code, n));
+    }
+    parts.push_back(absl::StrFormat(
+        "\"%s\": {\"count\": %d, \"steps_per_s\": %.1f, \"latency_us\": %s, "
+        "\"server_compute_us\": %s, \"bytes_sent_per_s\": %.0f, "
+        "\"bytes_received_per_s\": %.0f, \"evictions_per_step\": %.4f, "
+        "\"fallbacks\": %d, \"status\": {%s}, \"wall_s\": %.3f}",
+        name, s.count, s.steps_per_s, JsonPercentiles(s.latency),
+        JsonPercentiles(s.server), s.sent_per_s, s.received_per_s,
+        s.evicted_per_step, stats.fallbacks, absl::StrJoin(codes, ", "),
+        stats.wall_seconds));
+  }
+  std::string ratios = "null";
+  if (summaries.contains("entrokv") && summaries.contains("echo") &&
+      summaries["echo"].latency.p50_us > 0 &&
+      summaries["echo"].steps_per_s > 0) {
+    ratios = absl::StrFormat(
+        "{\"p50\": %.4f, \"p99\": %.4f, \"throughput\": %.4f}",
+        summaries["entrokv"].latency.p50_us / summaries["echo"].latency.p50_us,
+        summaries["entrokv"].latency.p99_us / summaries["echo"].latency.p99_us,
+        summaries["entrokv"].steps_per_s / summaries["echo"].steps_per_s);
+  }
+  return absl::StrFormat(
+      "{\"target\": \"%s\", \"shape\": \"%s\", \"policy\": \"%s\", "
+      "\"budget\": %d, \"sessions\": %d, \"prefill\": %d, \"rounds\": %d, "
+      "\"steps_per_round\": %d, \"rate\": %.1f, \"client\": \"%s\", "
+      "\"request_bytes\": %d, \"modes\": {%s}, \"entrokv_over_echo\": %s}\n",
+      run.target, run.shape, run.policy, run.budget, run.sessions,
+      run.prefill, run.rounds, run.steps_per_round, run.rate, run.client,
+      run.request_bytes, absl::StrJoin(parts, ", "), ratios);
+}
+
+}  // namespace entrokv::loadgen
