@@ -1,0 +1,72 @@
+// Decider: where the example engine's eviction decisions come from.
+//
+// The engine reports every decode step (the new entry's slot id and keys, the
+// step's queries, the next-token entropy) to a DeciderSession and frees the
+// slots it answers. Two implementations: in process, over entrokv core's
+// SessionState (CreateInProcessDecider), and over gRPC through the client
+// library (grpc_decider.h, built only with the client library). Both see the
+// same inputs, so they must answer the same evictions.
+//
+// Thread-safety: a Decider's Open() is thread-safe; a DeciderSession belongs to
+// one decode loop.
+
+#ifndef ENTROKV_CLIENT_EXAMPLES_TINYLLAMA_DECIDER_H_
+#define ENTROKV_CLIENT_EXAMPLES_TINYLLAMA_DECIDER_H_
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/types/span.h"
+#include "entrokv/core/backend.h"
+#include "entrokv/core/config.h"
+
+namespace entrokv::tinyllama {
+
+// One decode step, as the engine reports it: one appended entry.
+struct DecisionRequest {
+  uint64_t step = 0;  // Strictly increasing within a session.
+  uint64_t slot = 0;  // The new entry's slot id.
+  // The new entry's post-RoPE keys, [layer][kv_head][head_dim], f32.
+  absl::Span<const float> keys;
+  // The step's post-RoPE queries, [layer][q_head][head_dim], f32.
+  absl::Span<const float> queries;
+  double entropy = 0.0;  // H(p_t) in nats.
+};
+
+struct Decision {
+  std::vector<uint64_t> evicted;  // Slots to free, oldest first.
+  int64_t live = 0;               // Live entries after the evictions.
+  int64_t budget = 0;             // The step's effective budget B_t.
+};
+
+class DeciderSession {
+ public:
+  virtual ~DeciderSession() = default;
+  virtual absl::Status Step(const DecisionRequest& request,
+                            Decision* decision) = 0;
+  // Ends the session (the server frees its state). Idempotent.
+  virtual absl::Status Close() = 0;
+};
+
+class Decider {
+ public:
+  virtual ~Decider() = default;
+  // "inprocess:cpu", "grpc:localhost:50051", ...
+  virtual std::string Describe() const = 0;
+  // Opens a session for one sequence. `config.shape` must describe what the
+  // engine sends (f32 keys and queries).
+  virtual absl::StatusOr<std::unique_ptr<DeciderSession>> Open(
+      const SessionConfig& config) = 0;
+};
+
+// Decisions from entrokv core in this process, on `kind`'s backend.
+absl::StatusOr<std::unique_ptr<Decider>> CreateInProcessDecider(
+    BackendKind kind = BackendKind::kCpu);
+
+}  // namespace entrokv::tinyllama
+
+#endif  // ENTROKV_CLIENT_EXAMPLES_TINYLLAMA_DECIDER_H_

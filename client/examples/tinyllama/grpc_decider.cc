@@ -1,0 +1,84 @@
+#include "tinyllama/grpc_decider.h"
+
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "entrokv/client/client.h"
+#include "entrokv/client/session.h"
+#include "entrokv/client/vectors.h"
+#include "entrokv/core/status_macros.h"
+
+namespace entrokv::tinyllama {
+
+namespace {
+
+class GrpcSession : public DeciderSession {
+ public:
+  explicit GrpcSession(std::unique_ptr<Session> session)
+      : session_(std::move(session)) {}
+
+  absl::Status Step(const DecisionRequest& request,
+                    Decision* decision) override {
+    const uint64_t slot = request.slot;
+    StepRequest step;
+    step.slot_ids = absl::MakeConstSpan(&slot, 1);
+    step.keys = VectorView::F32(request.keys);
+    step.queries = VectorView::F32(request.queries);
+    step.entropy = request.entropy;
+    ENTROKV_ASSIGN_OR_RETURN(StepOutcome outcome, session_->Step(step));
+    if (outcome.fallback) {
+      return absl::UnavailableError(absl::StrCat(
+          "step ", outcome.step, " was decided by the client's local ",
+          "fallback, not the server: ", session_->degraded_reason().ToString()));
+    }
+    decision->evicted = std::move(outcome.evicted);
+    decision->live = outcome.live;
+    decision->budget = outcome.budget;
+    return absl::OkStatus();
+  }
+
+  absl::Status Close() override { return session_->Close(); }
+
+ private:
+  std::unique_ptr<Session> session_;
+};
+
+class GrpcDecider : public Decider {
+ public:
+  GrpcDecider(std::unique_ptr<Client> client, absl::Duration step_deadline)
+      : client_(std::move(client)), step_deadline_(step_deadline) {}
+
+  std::string Describe() const override {
+    return absl::StrCat("grpc:", client_->options().target);
+  }
+
+  absl::StatusOr<std::unique_ptr<DeciderSession>> Open(
+      const SessionConfig& config) override {
+    SessionOptions options;
+    options.step_deadline = step_deadline_;
+    options.first_step = 1;  // The evaluator numbers steps from 1.
+    options.offline_when_unavailable = false;
+    ENTROKV_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
+                             client_->CreateSession(config, options));
+    return std::unique_ptr<DeciderSession>(
+        std::make_unique<GrpcSession>(std::move(session)));
+  }
+
+ private:
+  std::unique_ptr<Client> client_;
+  absl::Duration step_deadline_;
+};
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<Decider>> CreateGrpcDecider(
+    const std::string& target, absl::Duration step_deadline) {
+  ClientOptions options;
+  options.target = target;
+  ENTROKV_ASSIGN_OR_RETURN(std::unique_ptr<Client> client,
+                           Client::Connect(options));
+  return std::unique_ptr<Decider>(
+      std::make_unique<GrpcDecider>(std::move(client), step_deadline));
+}
+
+}  // namespace entrokv::tinyllama

@@ -1,0 +1,133 @@
+// The engine with entrokv core deciding in process: the evictions of rankings
+// whose kept set is known in closed form reproduce the independent reference
+// restricted to that set, and every policy holds its budget.
+
+#include "tinyllama/decider.h"
+
+#include <cmath>
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "tests/eval/reference.h"
+#include "tests/testing/status_matchers.h"
+#include "tinyllama/evaluator.h"
+#include "tinyllama/model.h"
+#include "tinyllama/tokenizer.h"
+
+namespace entrokv::tinyllama {
+namespace {
+
+using ::entrokv::tinyllama::testing::DataDirOrEmpty;
+using ::entrokv::tinyllama::testing::ReferenceNll;
+
+class InProcessDeciderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = DataDirOrEmpty();
+    ENTROKV_SKIP_WITHOUT_DATA(data_);
+    ASSERT_OK_AND_ASSIGN(Model model, Model::Load(ModelPath(data_)));
+    model_ = std::make_unique<Model>(std::move(model));
+    ASSERT_OK_AND_ASSIGN(Tokenizer tokenizer,
+                         Tokenizer::Load(TokenizerPath(data_), 512));
+    ASSERT_OK_AND_ASSIGN(std::vector<std::string> stories,
+                         LoadStories(StoriesPath(data_), 2));
+    for (const std::string& s : stories) {
+      tokens_.push_back(StoryTokens(tokenizer, s, 512));
+    }
+    ASSERT_OK_AND_ASSIGN(decider_, CreateInProcessDecider());
+  }
+
+  // Evaluates story `i` with a fresh session of `config`.
+  absl::StatusOr<SequenceResult> Run(const SessionConfig& config, int i,
+                                     int lag = 0) {
+    auto session = decider_->Open(config);
+    if (!session.ok()) return session.status();
+    EvaluateOptions options;
+    options.lag = lag;
+    return EvaluateSequence(*model_, tokens_[i], session->get(), options);
+  }
+
+  SessionConfig Config(Ranking ranking, BudgetControl control,
+                       int64_t budget) const {
+    SessionConfig config = EngineSessionConfig(model_->config(), budget);
+    config.ranking = ranking;
+    config.budget_control = control;
+    return config;
+  }
+
+  std::string data_;
+  std::unique_ptr<Model> model_;
+  std::vector<std::vector<int>> tokens_;
+  std::unique_ptr<Decider> decider_;
+};
+
+TEST_F(InProcessDeciderTest, WindowRankingKeepsTheLastBudgetEntries) {
+  ENTROKV_SKIP_WITHOUT_PYTHON();
+  // After step t entrokv keeps positions t-15..t: token s attends s-j <= 16.
+  ASSERT_OK_AND_ASSIGN(auto reference,
+                       ReferenceNll(data_, "--stories 2 --window 16"));
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK_AND_ASSIGN(
+        SequenceResult r,
+        Run(Config(Ranking::kWindow, BudgetControl::kFixed, 16), i));
+    EXPECT_NEAR(r.nll_sum, reference[i].nll_sum, 1e-4 * reference[i].nll_sum);
+    EXPECT_EQ(r.peak_live, 17);
+  }
+}
+
+TEST_F(InProcessDeciderTest, StreamingRankingKeepsSinkAndRecent) {
+  ENTROKV_SKIP_WITHOUT_PYTHON();
+  // One sink + 15 recent after each step: s - j <= 15 or j == 0; one step
+  // late: s - j <= 16 or j == 0.
+  ASSERT_OK_AND_ASSIGN(auto now,
+                       ReferenceNll(data_, "--stories 2 --window 15 --sink"));
+  ASSERT_OK_AND_ASSIGN(auto late,
+                       ReferenceNll(data_, "--stories 2 --window 16 --sink"));
+  SessionConfig config = Config(Ranking::kStreaming, BudgetControl::kFixed, 16);
+  config.streaming_sinks = 1;
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK_AND_ASSIGN(SequenceResult r, Run(config, i));
+    EXPECT_NEAR(r.nll_sum, now[i].nll_sum, 1e-4 * now[i].nll_sum);
+    ASSERT_OK_AND_ASSIGN(SequenceResult r1, Run(config, i, /*lag=*/1));
+    EXPECT_NEAR(r1.nll_sum, late[i].nll_sum, 1e-4 * late[i].nll_sum);
+  }
+}
+
+TEST_F(InProcessDeciderTest, EveryPolicyHoldsItsBudget) {
+  constexpr int64_t kBudget = 24;
+  for (Ranking ranking : kAllRankings) {
+    for (BudgetControl control : kAllBudgetControls) {
+      const SessionConfig config = Config(ranking, control, kBudget);
+      SCOPED_TRACE(PolicyName(config));
+      ASSERT_OK_AND_ASSIGN(SequenceResult r, Run(config, 0));
+      // Fixed: B after each step, + the next token. Entropy: B_max =
+      // ceil(B·(1 + γ)) with the default γ = 0.5.
+      const int64_t ceiling =
+          control == BudgetControl::kFixed
+              ? kBudget + 1
+              : static_cast<int64_t>(std::ceil(kBudget * 1.5)) + 1;
+      EXPECT_LE(r.peak_live, ceiling);
+      EXPECT_GT(r.evicted, 0);
+      EXPECT_TRUE(std::isfinite(r.nll_sum));
+    }
+  }
+}
+
+TEST_F(InProcessDeciderTest, SameInputSameEvictions) {
+  const SessionConfig config =
+      Config(Ranking::kAffinity, BudgetControl::kEntropy, 32);
+  ASSERT_OK_AND_ASSIGN(SequenceResult a, Run(config, 1));
+  ASSERT_OK_AND_ASSIGN(SequenceResult b, Run(config, 1));
+  EXPECT_EQ(a.nll_sum, b.nll_sum);
+  EXPECT_EQ(a.live_sum, b.live_sum);
+}
+
+TEST_F(InProcessDeciderTest, BadConfigIsInvalidArgument) {
+  SessionConfig config = Config(Ranking::kH2o, BudgetControl::kFixed, 16);
+  config.shape.q_heads = 6;  // Not a multiple of 4 kv heads.
+  EXPECT_STATUS_CODE(decider_->Open(config), absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace entrokv::tinyllama

@@ -1,0 +1,91 @@
+// Test helpers: the data folder, and the independent Python reference
+// (tests/eval/reference_llama.py, run with Debian's /usr/bin/python3).
+
+#ifndef ENTROKV_TESTS_EVAL_REFERENCE_H_
+#define ENTROKV_TESTS_EVAL_REFERENCE_H_
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "tinyllama/evaluator.h"
+
+namespace entrokv::tinyllama::testing {
+
+inline constexpr char kPython[] = "/usr/bin/python3";
+
+// The data folder when all three files are there, else "" (tests skip).
+inline std::string DataDirOrEmpty() {
+  const std::string dir = ResolveDataDir("");
+  std::error_code error;
+  for (const std::string& path :
+       {ModelPath(dir), TokenizerPath(dir), StoriesPath(dir)}) {
+    if (!std::filesystem::is_regular_file(path, error)) return "";
+  }
+  return dir;
+}
+
+#define ENTROKV_SKIP_WITHOUT_DATA(dir)                                       \
+  if ((dir).empty()) {                                                       \
+    GTEST_SKIP() << "TinyStories data not found (set ENTROKV_DATA or put "   \
+                    "it at <repo>/../shared/data/tinystories); see "         \
+                    "docs/results-tinystories.md for its sources";           \
+  }
+
+#define ENTROKV_SKIP_WITHOUT_PYTHON()                                        \
+  if (!std::filesystem::exists(::entrokv::tinyllama::testing::kPython)) {   \
+    GTEST_SKIP() << "/usr/bin/python3 (with python3-numpy) is needed for "   \
+                    "the independent reference";                            \
+  }
+
+// Runs the reference with `args` and returns its stdout lines; an error when
+// it exits non-zero.
+inline absl::StatusOr<std::vector<std::string>> RunReference(
+    const std::string& data_dir, const std::string& args) {
+  const std::string command =
+      absl::StrCat(kPython, " '", ENTROKV_REFERENCE_SCRIPT, "' --data '",
+                   data_dir, "' ", args);
+  FILE* pipe = popen(command.c_str(), "r");
+  if (pipe == nullptr) return absl::InternalError("popen failed");
+  std::string out;
+  char buffer[4096];
+  size_t n;
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  const int rc = pclose(pipe);
+  if (rc != 0) {
+    return absl::InternalError(absl::StrCat("'", command, "' exited ", rc));
+  }
+  return std::vector<std::string>(absl::StrSplit(out, '\n', absl::SkipEmpty()));
+}
+
+struct ReferenceStory {
+  int tokens = 0;
+  double nll_sum = 0.0;
+};
+
+// Parses "story INDEX TOKENS NLL_SUM" lines.
+inline absl::StatusOr<std::vector<ReferenceStory>> ReferenceNll(
+    const std::string& data_dir, const std::string& args) {
+  auto lines = RunReference(data_dir, absl::StrCat("nll ", args));
+  if (!lines.ok()) return lines.status();
+  std::vector<ReferenceStory> stories;
+  for (const std::string& line : *lines) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    ReferenceStory s;
+    if (f.size() != 4 || f[0] != "story" || !absl::SimpleAtoi(f[2], &s.tokens) ||
+        !absl::SimpleAtod(f[3], &s.nll_sum)) {
+      return absl::InternalError(absl::StrCat("bad reference line: ", line));
+    }
+    stories.push_back(s);
+  }
+  return stories;
+}
+
+}  // namespace entrokv::tinyllama::testing
+
+#endif  // ENTROKV_TESTS_EVAL_REFERENCE_H_
