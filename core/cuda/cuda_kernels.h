@@ -1,0 +1,203 @@
+// The CUDA backend's device kernels, behind plain launch functions.
+//
+// This header is internal to core/cuda: it is included by cuda_backend.cc
+// (host C++) and defined in cuda_kernels.cu (nvcc), so it carries no Abseil
+// and no device code. Every launcher enqueues its work on `stream` and returns
+// the launch status (cudaGetLastError after the launch); errors of the work
+// itself surface at the next synchronisation. Launchers with nothing to do
+// (zero items) enqueue nothing and return cudaSuccess.
+//
+// Layouts (docs/cuda.md):
+//  - keys: [plane = layer·kv_heads + kv_head][capacity][head_dim], element type;
+//  - per-entry state: one array per field, indexed by position 0..live-1;
+//  - z: [row = layer·q_heads + q_head][live], float;
+//  - sort keys: SortKey, ordered by (hi, lo) as unsigned integers.
+//
+// Thread-safety: launchers are thread-safe; concurrent launches on distinct
+// streams touching distinct buffers are independent.
+
+#ifndef ENTROKV_CORE_CUDA_CUDA_KERNELS_H_
+#define ENTROKV_CORE_CUDA_CUDA_KERNELS_H_
+
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "entrokv/core/element_type.h"
+
+namespace entrokv::internal::cuda {
+
+// entrokv::Ranking without config.h (which pulls Abseil into nvcc); the
+// backend converts, and static_asserts that the values agree.
+enum class KernelRanking : uint8_t {
+  kWindow,
+  kStreaming,
+  kH2o,
+  kTova,
+  kKeyNorm,
+  kRandom,
+  kAffinity,
+};
+
+// A 128-bit selection key: (hi, lo) compared as unsigned integers, hi first.
+// Candidates: hi = OrderedBits(score), lo = append or block index; excluded
+// entries: hi = lo = UINT64_MAX.
+struct SortKey {
+  uint64_t hi;
+  uint64_t lo;
+};
+
+// Per-position entry state on the device.
+struct EntryState {
+  int64_t* index = nullptr;     // Append index.
+  uint8_t* pinned = nullptr;    // 1 when the engine pinned the entry.
+  double* key_norm = nullptr;   // Mean over planes of the key's L2 norm.
+  double* affinity = nullptr;   // Ω (seed) or its logit a (logit_ema).
+  double* h2o_acc = nullptr;    // H2O accumulated attention.
+};
+
+struct AppendArgs {
+  ElementType type;
+  const std::byte* staged;  // n × planes × head_dim elements, as sent.
+  std::byte* keys;          // The key store.
+  int64_t capacity;
+  int32_t planes;           // layers × kv_heads.
+  int32_t head_dim;
+  int64_t first_pos;        // Position of the first new entry.
+  int64_t n;                // New entries.
+  int64_t first_index;      // Append index of the first new entry.
+  const uint8_t* pinned;    // n flags on the device, or nullptr.
+  double affinity_init;     // 0.5 (seed) or 0 (logit_ema).
+  double* plane_norms;      // Scratch, n × planes doubles.
+  EntryState state;
+};
+
+// Copies the staged keys into the store, computes each new entry's key norm
+// (in double, in the CPU backend's order, so it is bit-identical) and
+// initialises its state.
+cudaError_t LaunchAppend(const AppendArgs& args, cudaStream_t stream);
+
+struct ScoreArgs {
+  ElementType type;
+  const std::byte* keys;
+  int64_t capacity;
+  int32_t layers;
+  int32_t kv_heads;
+  int32_t group;       // q heads per kv head.
+  int32_t head_dim;
+  int64_t live;
+  const float* queries;  // [layer][q_head][head_dim], times 1/sqrt(head_dim).
+  float* z;              // [row][live].
+};
+
+// z for every (row, live position); each key is read once for its group.
+cudaError_t LaunchScore(const ScoreArgs& args, cudaStream_t stream);
+
+// True when LaunchScore uses its vectorised kernel for this shape (else a
+// simple, slower one).
+bool ScoreUsesFastPath(ElementType type, int32_t head_dim, int32_t group);
+
+// Per row: max_j z and inv[row] = inv_rows / Σ_j exp(z − max) (the sum in
+// double, each term a float exp, as the CPU backend computes it).
+cudaError_t LaunchRowStats(const float* z, int64_t rows, int64_t live,
+                           double inv_rows, float* row_max, double* row_inv,
+                           cudaStream_t stream);
+
+// Positions 0..n-1 as int32 values (the payload of index sorts).
+cudaError_t LaunchIota(int32_t* out, int64_t n, cudaStream_t stream);
+
+// Temporary bytes the sorts below need for `n` items.
+cudaError_t SortTempBytes(int64_t n, size_t* index_sort, size_t* key_sort);
+
+// Sorts (append index → position) ascending; `index_bits` bounds the indices.
+cudaError_t SortByIndex(void* temp, size_t temp_bytes, const int64_t* index,
+                        const int32_t* pos_in, int64_t* index_out,
+                        int32_t* pos_out, int64_t n, int index_bits,
+                        cudaStream_t stream);
+
+// Sorts selection keys ascending with their int32 payload.
+cudaError_t SortKeys(void* temp, size_t temp_bytes, const SortKey* keys_in,
+                     SortKey* keys_out, const int32_t* val_in,
+                     int32_t* val_out, int64_t n, cudaStream_t stream);
+
+// *out = the append index from which the h2o ranking keeps everything: the
+// ceil(recent_fraction·budget) newest live entries (step_common's
+// H2oRecentFrom), given the live indices sorted ascending.
+cudaError_t LaunchH2oRecentFrom(const int64_t* sorted_index, int64_t n,
+                                int64_t keep, int64_t* out,
+                                cudaStream_t stream);
+
+struct FinishArgs {
+  int64_t live;
+  int64_t rows;             // 0 when no scores were computed this step.
+  const float* z;           // [row][live] when rows > 0.
+  const float* row_max;     // Per row, when attention is needed.
+  const double* row_inv;
+  bool need_mean;
+  bool need_attention;
+  double inv_rows;
+  // Ranking and its parameters (docs/step-semantics.md sections 5 and 7).
+  KernelRanking ranking;
+  bool seed_rule;           // Affinity update rule kSeed.
+  double beta_h;            // β·H.
+  double lambda;
+  int64_t streaming_sinks;
+  uint64_t seed;
+  uint64_t step;
+  const int64_t* h2o_recent_from;  // Device scalar; kH2o only.
+  // Protection.
+  int64_t sinks;
+  int64_t recent;
+  int64_t next_index;
+  EntryState state;
+  // Outputs, per position.
+  double* mean_logit;       // Written when need_mean.
+  double* attention;        // Written when need_attention.
+  double* keep;
+  uint8_t* protect;
+};
+
+// Aggregates s_i and a_i, updates the ranking state, writes keep scores and
+// protection flags.
+cudaError_t LaunchFinish(const FinishArgs& args, cudaStream_t stream);
+
+// Token selection keys: unprotected positions get (score, append index),
+// protected ones the excluded key; the payload is the position.
+cudaError_t LaunchTokenKeys(const double* keep, const uint8_t* protect,
+                            const int64_t* index, int64_t live, SortKey* keys,
+                            int32_t* vals, cudaStream_t stream);
+
+// Block selection keys, one per live token in append order (`sorted_index`,
+// `sorted_pos`): the first token of each full, live, unprotected block gets
+// (block score, block index) with payload its rank t in append order; every
+// other token the excluded key.
+cudaError_t LaunchBlockKeys(const int64_t* sorted_index,
+                            const int32_t* sorted_pos, const double* keep,
+                            const uint8_t* protect, int64_t live,
+                            int32_t block_size, bool reduce_max,
+                            SortKey* keys, int32_t* vals, cudaStream_t stream);
+
+// Writes the evicted positions: out[i] for i < count is the position of the
+// i-th smallest token candidate, or -1 past the last candidate.
+cudaError_t LaunchEmitTokens(const SortKey* sorted_keys,
+                             const int32_t* sorted_vals, int64_t count,
+                             int32_t* out, cudaStream_t stream);
+
+// Block granularity: out[i·N + j] is the position of token j of the i-th
+// smallest candidate block, or -1 past the last candidate; i < blocks.
+cudaError_t LaunchEmitBlocks(const SortKey* sorted_keys,
+                             const int32_t* sorted_vals,
+                             const int32_t* sorted_pos, int64_t blocks,
+                             int32_t block_size, int32_t* out,
+                             cudaStream_t stream);
+
+// Moves entries: for each i < count, position moves[2i+1] → moves[2i] (keys
+// in every plane and state). Sources and destinations are disjoint.
+cudaError_t LaunchMoves(const int32_t* moves, int64_t count, std::byte* keys,
+                        int64_t capacity, int32_t planes, int64_t row_bytes,
+                        EntryState state, cudaStream_t stream);
+
+}  // namespace entrokv::internal::cuda
+
+#endif  // ENTROKV_CORE_CUDA_CUDA_KERNELS_H_
