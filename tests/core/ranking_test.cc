@@ -177,6 +177,26 @@ TEST(H2oRankingTest, WithoutRecentShareEvictsTheLightestAccumulator) {
   EXPECT_NEAR(story.session().RankScore(HeavyHitterStory::kC), 0.3, 1e-6);
 }
 
+TEST(H2oRankingTest, RecentShareFollowsTheStepsBudget) {
+  // h2o + entropy, B = 4, γ = 0.5: B_1 = 4, then an uncertain step gives
+  // B_2 = 6 and a recent share of ceil(0.5 · 6) = 3 (not ceil(0.5 · 4) = 2).
+  SessionConfig config =
+      TinyConfig(Ranking::kH2o, BudgetControl::kEntropy, /*budget=*/4);
+  config.h2o.recent_fraction = 0.5;
+  config.entropy_budget.gamma = 0.5;
+  TinySession session(config);
+  session.AppendZeros(0, 4);  // Each gathers 1/4.
+  EXPECT_EQ(session.StepFlat(/*entropy=*/1.0).budget, 4);
+  // Step 2: slot 4 has key (−5, 0), all others score 0, so slot 4 gathers
+  // almost nothing; but it is among the 3 newest, so the oldest of the
+  // equally heavy first four goes instead.
+  session.Append(4, -5, 0).AppendZeros(5, 2);
+  const StepResult result = session.Step(1.0f, 0.0f, /*entropy=*/2.0);
+  EXPECT_EQ(result.budget, 6);
+  EXPECT_THAT(result.evicted, ElementsAre(0));
+  EXPECT_EQ(session.RankScore(4), kInf);
+}
+
 TEST(TovaRankingTest, EvictsLowestCurrentAttentionOlderFirstOnTies) {
   HeavyHitterStory story(
       TinyConfig(Ranking::kTova, BudgetControl::kFixed, /*budget=*/3));

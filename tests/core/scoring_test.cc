@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdint>
 #include <map>
+#include <ostream>
 #include <random>
 #include <string>
 #include <vector>
@@ -75,6 +76,11 @@ struct RandomShapeCase {
   int layers, kv_heads, group, head_dim;
   ElementType type;
 };
+
+void PrintTo(const RandomShapeCase& c, std::ostream* os) {
+  *os << c.layers << " layers, " << c.kv_heads << " kv heads x group "
+      << c.group << ", d " << c.head_dim << ", " << ElementTypeName(c.type);
+}
 
 class RandomShapeScoringTest
     : public ::testing::TestWithParam<RandomShapeCase> {

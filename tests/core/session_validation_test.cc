@@ -11,6 +11,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -36,6 +37,11 @@ struct PolicyCase {
   AffinityUpdate update;
   int32_t block_size;
 };
+
+void PrintTo(const PolicyCase& c, std::ostream* os) {
+  *os << c.policy << " (" << AffinityUpdateName(c.update) << ", block "
+      << c.block_size << ")";
+}
 
 std::string CaseName(const ::testing::TestParamInfo<PolicyCase>& info) {
   std::string name = info.param.policy;
