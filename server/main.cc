@@ -15,6 +15,8 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "server/server.h"
@@ -47,8 +49,14 @@ ABSL_FLAG(int32_t, gpu_device, 0, "CUDA device ordinal");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
-      "entrokv-server: decides KV-cache evictions for LLM inference engines "
+      "decides KV-cache evictions for LLM inference engines "
       "over gRPC.\nUsage: entrokv-server [--listen=ADDR,...] [flags]");
+  absl::FlagsUsageConfig usage_config;
+  // --help lists this binary's flags (not only those of a file named after it).
+  usage_config.contains_help_flags = [](absl::string_view path) {
+    return absl::EndsWith(path, "server/main.cc");
+  };
+  absl::SetFlagsUsageConfig(usage_config);
   absl::ParseCommandLine(argc, argv);
 
   const std::string level_name = absl::GetFlag(FLAGS_log_level);
