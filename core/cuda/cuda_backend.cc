@@ -340,7 +340,7 @@ class CudaSession final : public SessionState {
   // Pinned host staging.
   PinnedBuffer h_staged_, h_pinned_, h_queries_, h_out_, h_moves_;
   int64_t scratch_capacity_ = 0;
-  bool have_z_ = false;
+  int64_t z_entries_ = 0;  // Live entries d_z_ has room for.
 
   // Host scratch.
   DecodedStep decoded_;
@@ -442,20 +442,26 @@ absl::Status CudaSession::Prepare(int64_t n_after, int64_t n_new,
     ENTROKV_RETURN_IF_ERROR(
         d_temp_.Ensure(pool, std::max(index_sort, key_sort), "sort storage"));
     scratch_capacity_ = capacity_;
-    have_z_ = false;  // z is sized by capacity too.
   }
-  if (scores && !have_z_) {
-    ENTROKV_RETURN_IF_ERROR(
-        d_z_.Ensure(pool, static_cast<size_t>(rows_) * cap * 4, "scores"));
+  if (scores && z_entries_ < n_after) {
+    // z is sized by the live count (doubling), not by the capacity, so that a
+    // refused large append leaves later small steps possible.
+    const int64_t entries =
+        std::min(capacity_, std::max(n_after, 2 * z_entries_));
+    ENTROKV_RETURN_IF_ERROR(d_z_.Ensure(
+        pool, static_cast<size_t>(rows_) * static_cast<size_t>(entries) * 4,
+        "scores"));
+    z_entries_ = entries;
+  }
+  if (scores && d_queries_.bytes() == 0) {
     ENTROKV_RETURN_IF_ERROR(
         d_row_max_.Ensure(pool, static_cast<size_t>(rows_) * 4, "row maxima"));
     ENTROKV_RETURN_IF_ERROR(
         d_row_inv_.Ensure(pool, static_cast<size_t>(rows_) * 8, "row sums"));
     const size_t qbytes =
         static_cast<size_t>(config_.shape.query_elements()) * sizeof(float);
-    ENTROKV_RETURN_IF_ERROR(d_queries_.Ensure(pool, qbytes, "queries"));
     ENTROKV_RETURN_IF_ERROR(h_queries_.Ensure(qbytes, "queries"));
-    have_z_ = true;
+    ENTROKV_RETURN_IF_ERROR(d_queries_.Ensure(pool, qbytes, "queries"));
   }
   if (n_new > 0) {
     const size_t n = static_cast<size_t>(n_new);
