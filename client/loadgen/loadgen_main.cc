@@ -74,7 +74,7 @@ namespace {
 constexpr uint64_t kSlotBase = 1'000'000;
 
 struct PoolStep {
-  std::string key;    // One entry, in the wire element type.
+  std::string key;  // One entry, in the wire element type.
   std::string query;
   double entropy;
 };
@@ -177,9 +177,10 @@ class SessionRunner {
     config->set_budget(c.budget);
     config->set_policy(PolicyName(c));
     config->set_block_size(c.block_size);
-    config->set_placement(c.placement == Placement::kCpu   ? v1::PLACEMENT_CPU
-                          : c.placement == Placement::kGpu ? v1::PLACEMENT_GPU
-                                                           : v1::PLACEMENT_AUTO);
+    config->set_placement(c.placement == Placement::kCpu ? v1::PLACEMENT_CPU
+                          : c.placement == Placement::kGpu
+                              ? v1::PLACEMENT_GPU
+                              : v1::PLACEMENT_AUTO);
     config->set_placement_fallback(true);
     if (UsesLibrary()) {
       SessionOptions options;
@@ -219,9 +220,9 @@ class SessionRunner {
     // Prefill, in chunks.
     for (size_t c = 0; c < data_.prefill_keys.size(); ++c) {
       const int count = data_.prefill_counts[c];
-      absl::Status status = SendDecode(data_.prefill_keys[c], count,
-                                       data_.prefill_query,
-                                       data_.prefill_entropy, nullptr);
+      absl::Status status =
+          SendDecode(data_.prefill_keys[c], count, data_.prefill_query,
+                     data_.prefill_entropy, nullptr);
       if (!status.ok()) return status;
     }
     echo_context_ = std::make_unique<grpc::ClientContext>();
@@ -297,8 +298,9 @@ class SessionRunner {
           return VectorView::F32(
               {reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4});
         }
-        return type == ElementType::kF16 ? VectorView::F16({bits, bytes.size() / 2})
-                                         : VectorView::Bf16({bits, bytes.size() / 2});
+        return type == ElementType::kF16
+                   ? VectorView::F16({bits, bytes.size() / 2})
+                   : VectorView::Bf16({bits, bytes.size() / 2});
       };
       StepRequest request;
       request.slot_ids = slots;
@@ -362,7 +364,8 @@ class SessionRunner {
                           absl::StrCat("Echo: ", status.error_message()));
     }
     stats->bytes_sent += static_cast<int64_t>(echo_request_.ByteSizeLong());
-    stats->bytes_received += static_cast<int64_t>(echo_response_.ByteSizeLong());
+    stats->bytes_received +=
+        static_cast<int64_t>(echo_response_.ByteSizeLong());
     ++stats->codes["OK"];
     return absl::OkStatus();
   }
@@ -390,7 +393,8 @@ class SessionRunner {
   int64_t request_size_ = 0;
   std::unique_ptr<Session> session_;
   std::unique_ptr<grpc::ClientContext> decode_context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>>
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>>
       decode_;
   std::unique_ptr<grpc::ClientContext> echo_context_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::EchoMessage, v1::EchoMessage>>
@@ -478,7 +482,8 @@ int Run() {
   args.SetMaxSendMessageSize(256 << 20);
   auto channel = grpc::CreateCustomChannel(
       target, grpc::InsecureChannelCredentials(), args);
-  shared.stub = std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(channel));
+  shared.stub =
+      std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(channel));
   if (client_kind != "sync") {
     ClientOptions options;
     options.target = target;
@@ -521,8 +526,8 @@ int Run() {
   for (int r = 0; r < shared.rounds; ++r) {
     for (const std::string& m : shared.modes) {
       phase_modes.push_back(m);
-      phase_names.push_back(absl::StrFormat("round %d/%d %s", r + 1,
-                                            shared.rounds, m));
+      phase_names.push_back(
+          absl::StrFormat("round %d/%d %s", r + 1, shared.rounds, m));
     }
   }
   std::atomic<int> phase{0};
@@ -612,8 +617,9 @@ int Run() {
   {
     SessionData sample = MakeData(config, 0, 1, 1, 1);
     v1::DecodeRequest r;
-    FillStep("s-0000000000000000", 1000, kSlotBase + 1000, 1, sample.pool[0].key,
-             sample.pool[0].query, sample.pool[0].entropy, r.add_steps());
+    FillStep("s-0000000000000000", 1000, kSlotBase + 1000, 1,
+             sample.pool[0].key, sample.pool[0].query, sample.pool[0].entropy,
+             r.add_steps());
     run.request_bytes = static_cast<int64_t>(r.ByteSizeLong());
   }
   if (failed > 0) {

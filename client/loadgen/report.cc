@@ -84,15 +84,15 @@ std::string FormatText(const RunDescription& run,
       "entrokv-loadgen  target=%s  %s  policy=%s budget=%d\n"
       "  sessions=%d prefill=%d rounds=%d x %d steps/session/mode  %s  "
       "client=%s  request=%d B/step\n\n",
-      run.target, run.shape, run.policy, run.budget, run.sessions,
-      run.prefill, run.rounds, run.steps_per_round,
+      run.target, run.shape, run.policy, run.budget, run.sessions, run.prefill,
+      run.rounds, run.steps_per_round,
       run.rate > 0 ? absl::StrFormat("open loop %.0f steps/s", run.rate)
                    : std::string("closed loop"),
       run.client, run.request_bytes);
   absl::StrAppendFormat(
       &out, "%-8s %9s %10s %8s %8s %8s %8s %9s %11s %11s %7s  %s\n", "mode",
-      "count", "steps/s", "p50 us", "p90 us", "p99 us", "p99.9 us",
-      "max us", "sent", "received", "evict", "status");
+      "count", "steps/s", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us",
+      "sent", "received", "evict", "status");
   std::map<std::string, Summary> summaries;
   for (auto& [name, stats] : modes) {
     Summary s = Summarize(stats);
@@ -102,7 +102,8 @@ std::string FormatText(const RunDescription& run,
       codes.push_back(absl::StrCat(code, "=", n));
     }
     absl::StrAppendFormat(
-        &out, "%-8s %9d %10.0f %8.1f %8.1f %8.1f %8.1f %9.1f %11s %11s %7.2f  %s\n",
+        &out,
+        "%-8s %9d %10.0f %8.1f %8.1f %8.1f %8.1f %9.1f %11s %11s %7.2f  %s\n",
         name, s.count, s.steps_per_s, s.latency.p50_us, s.latency.p90_us,
         s.latency.p99_us, s.latency.p999_us, s.latency.max_us,
         Bytes(s.sent_per_s), Bytes(s.received_per_s), s.evicted_per_step,
@@ -168,9 +169,9 @@ std::string FormatJson(const RunDescription& run,
       "\"budget\": %d, \"sessions\": %d, \"prefill\": %d, \"rounds\": %d, "
       "\"steps_per_round\": %d, \"rate\": %.1f, \"client\": \"%s\", "
       "\"request_bytes\": %d, \"modes\": {%s}, \"entrokv_over_echo\": %s}\n",
-      run.target, run.shape, run.policy, run.budget, run.sessions,
-      run.prefill, run.rounds, run.steps_per_round, run.rate, run.client,
-      run.request_bytes, absl::StrJoin(parts, ", "), ratios);
+      run.target, run.shape, run.policy, run.budget, run.sessions, run.prefill,
+      run.rounds, run.steps_per_round, run.rate, run.client, run.request_bytes,
+      absl::StrJoin(parts, ", "), ratios);
 }
 
 }  // namespace entrokv::loadgen

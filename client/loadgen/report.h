@@ -19,9 +19,9 @@ struct ModeStats {
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
   int64_t evicted = 0;
-  int64_t fallbacks = 0;            // --client=library only.
+  int64_t fallbacks = 0;                 // --client=library only.
   std::map<std::string, int64_t> codes;  // Status code name -> steps.
-  double wall_seconds = 0.0;        // Sum of this mode's phase durations.
+  double wall_seconds = 0.0;             // Sum of this mode's phase durations.
 
   void Merge(const ModeStats& other);
 };
@@ -35,15 +35,15 @@ Percentiles ComputePercentiles(std::vector<int64_t>* ns);
 
 struct RunDescription {
   std::string target;
-  std::string shape;   // "layers=4 kv_heads=2 q_heads=8 head_dim=64 f16"
+  std::string shape;  // "layers=4 kv_heads=2 q_heads=8 head_dim=64 f16"
   std::string policy;
   int64_t budget = 0;
   int sessions = 0;
   int prefill = 0;
   int rounds = 0;
   int steps_per_round = 0;
-  double rate = 0.0;  // Steps/s over all sessions; 0: closed loop.
-  std::string client;  // "sync" or "library"
+  double rate = 0.0;          // Steps/s over all sessions; 0: closed loop.
+  std::string client;         // "sync" or "library"
   int64_t request_bytes = 0;  // Serialized decode request per step.
 };
 

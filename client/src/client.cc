@@ -56,8 +56,8 @@ class ClientImpl final : public Client {
     SessionConfig effective = response.session().has_config()
                                   ? ConfigFromProto(response.session().config())
                                   : config;
-    return Open(response.session_id(), effective, options,
-                options.first_step, {});
+    return Open(response.session_id(), effective, options, options.first_step,
+                {});
   }
 
   absl::StatusOr<std::unique_ptr<Session>> Attach(
@@ -127,11 +127,10 @@ class ClientImpl final : public Client {
   }
 
   // Opens a Decode stream and attaches `id` to it.
-  absl::StatusOr<std::unique_ptr<Session>> Open(const std::string& id,
-                                                const SessionConfig& config,
-                                                const SessionOptions& options,
-                                                uint64_t first_step,
-                                                absl::Span<const uint64_t> live) {
+  absl::StatusOr<std::unique_ptr<Session>> Open(
+      const std::string& id, const SessionConfig& config,
+      const SessionOptions& options, uint64_t first_step,
+      absl::Span<const uint64_t> live) {
     std::unique_ptr<client_internal::DecodeStream> stream =
         options.stream_api == StreamApi::kSync
             ? client_internal::OpenSyncDecodeStream(stub_.get(),
@@ -144,9 +143,9 @@ class ClientImpl final : public Client {
     absl::StatusOr<v1::DecodeResponse> response = stream->Next(deadline);
     if (!response.ok()) return response.status();
     if (response->attach_results_size() != 1) {
-      return absl::InternalError(absl::StrCat(
-          "entrokv: attach answered with ", response->attach_results_size(),
-          " results"));
+      return absl::InternalError(absl::StrCat("entrokv: attach answered with ",
+                                              response->attach_results_size(),
+                                              " results"));
     }
     absl::Status attached = FromProto(response->attach_results(0).status());
     if (!attached.ok()) return attached;

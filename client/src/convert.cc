@@ -7,57 +7,83 @@ namespace {
 
 v1::ElementType ToProto(ElementType type) {
   switch (type) {
-    case ElementType::kF32: return v1::ELEMENT_TYPE_F32;
-    case ElementType::kF16: return v1::ELEMENT_TYPE_F16;
-    case ElementType::kBf16: return v1::ELEMENT_TYPE_BF16;
+    case ElementType::kF32:
+      return v1::ELEMENT_TYPE_F32;
+    case ElementType::kF16:
+      return v1::ELEMENT_TYPE_F16;
+    case ElementType::kBf16:
+      return v1::ELEMENT_TYPE_BF16;
   }
   return v1::ELEMENT_TYPE_UNSPECIFIED;
 }
 ElementType FromProto(v1::ElementType type) {
   switch (type) {
-    case v1::ELEMENT_TYPE_F32: return ElementType::kF32;
-    case v1::ELEMENT_TYPE_BF16: return ElementType::kBf16;
-    default: return ElementType::kF16;
+    case v1::ELEMENT_TYPE_F32:
+      return ElementType::kF32;
+    case v1::ELEMENT_TYPE_BF16:
+      return ElementType::kBf16;
+    default:
+      return ElementType::kF16;
   }
 }
 
 v1::Ranking ToProto(Ranking ranking) {
   switch (ranking) {
-    case Ranking::kWindow: return v1::RANKING_WINDOW;
-    case Ranking::kStreaming: return v1::RANKING_STREAMING;
-    case Ranking::kH2o: return v1::RANKING_H2O;
-    case Ranking::kTova: return v1::RANKING_TOVA;
-    case Ranking::kKeyNorm: return v1::RANKING_KEYNORM;
-    case Ranking::kRandom: return v1::RANKING_RANDOM;
-    case Ranking::kAffinity: return v1::RANKING_AFFINITY;
+    case Ranking::kWindow:
+      return v1::RANKING_WINDOW;
+    case Ranking::kStreaming:
+      return v1::RANKING_STREAMING;
+    case Ranking::kH2o:
+      return v1::RANKING_H2O;
+    case Ranking::kTova:
+      return v1::RANKING_TOVA;
+    case Ranking::kKeyNorm:
+      return v1::RANKING_KEYNORM;
+    case Ranking::kRandom:
+      return v1::RANKING_RANDOM;
+    case Ranking::kAffinity:
+      return v1::RANKING_AFFINITY;
   }
   return v1::RANKING_UNSPECIFIED;
 }
 Ranking FromProto(v1::Ranking ranking) {
   switch (ranking) {
-    case v1::RANKING_WINDOW: return Ranking::kWindow;
-    case v1::RANKING_STREAMING: return Ranking::kStreaming;
-    case v1::RANKING_H2O: return Ranking::kH2o;
-    case v1::RANKING_TOVA: return Ranking::kTova;
-    case v1::RANKING_KEYNORM: return Ranking::kKeyNorm;
-    case v1::RANKING_RANDOM: return Ranking::kRandom;
-    default: return Ranking::kAffinity;
+    case v1::RANKING_WINDOW:
+      return Ranking::kWindow;
+    case v1::RANKING_STREAMING:
+      return Ranking::kStreaming;
+    case v1::RANKING_H2O:
+      return Ranking::kH2o;
+    case v1::RANKING_TOVA:
+      return Ranking::kTova;
+    case v1::RANKING_KEYNORM:
+      return Ranking::kKeyNorm;
+    case v1::RANKING_RANDOM:
+      return Ranking::kRandom;
+    default:
+      return Ranking::kAffinity;
   }
 }
 
 v1::Placement ToProto(Placement placement) {
   switch (placement) {
-    case Placement::kCpu: return v1::PLACEMENT_CPU;
-    case Placement::kGpu: return v1::PLACEMENT_GPU;
-    case Placement::kAuto: return v1::PLACEMENT_AUTO;
+    case Placement::kCpu:
+      return v1::PLACEMENT_CPU;
+    case Placement::kGpu:
+      return v1::PLACEMENT_GPU;
+    case Placement::kAuto:
+      return v1::PLACEMENT_AUTO;
   }
   return v1::PLACEMENT_UNSPECIFIED;
 }
 Placement FromProto(v1::Placement placement) {
   switch (placement) {
-    case v1::PLACEMENT_CPU: return Placement::kCpu;
-    case v1::PLACEMENT_GPU: return Placement::kGpu;
-    default: return Placement::kAuto;
+    case v1::PLACEMENT_CPU:
+      return Placement::kCpu;
+    case v1::PLACEMENT_GPU:
+      return Placement::kGpu;
+    default:
+      return Placement::kAuto;
   }
 }
 
@@ -113,15 +139,15 @@ SessionConfig ConfigFromProto(const v1::SessionConfig& proto) {
     (void)ApplyPolicyName(proto.policy(), &config);
   } else {
     config.ranking = FromProto(proto.ranking());
-    config.budget_control =
-        proto.budget_control() == v1::BUDGET_CONTROL_FIXED
-            ? BudgetControl::kFixed
-            : BudgetControl::kEntropy;
+    config.budget_control = proto.budget_control() == v1::BUDGET_CONTROL_FIXED
+                                ? BudgetControl::kFixed
+                                : BudgetControl::kEntropy;
   }
   config.affinity.update = proto.affinity().update() == v1::AFFINITY_UPDATE_SEED
                                ? AffinityUpdate::kSeed
                                : AffinityUpdate::kLogitEma;
-  if (proto.affinity().has_beta()) config.affinity.beta = proto.affinity().beta();
+  if (proto.affinity().has_beta())
+    config.affinity.beta = proto.affinity().beta();
   if (proto.affinity().has_lambda()) {
     config.affinity.lambda = proto.affinity().lambda();
   }

@@ -68,12 +68,13 @@ void CallbackDecodeStream::OnDone(const grpc::Status& status) {
   absl::MutexLock lock(&mu_);
   reads_done_ = true;
   done_ = true;
-  final_status_ = status.ok() ? absl::UnavailableError(
-                                    "entrokv: the Decode stream ended")
-                              : FromGrpc(status);
+  final_status_ =
+      status.ok() ? absl::UnavailableError("entrokv: the Decode stream ended")
+                  : FromGrpc(status);
 }
 
-absl::StatusOr<v1::DecodeResponse> CallbackDecodeStream::Next(absl::Time deadline) {
+absl::StatusOr<v1::DecodeResponse> CallbackDecodeStream::Next(
+    absl::Time deadline) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !responses_.empty() || done_;
@@ -141,16 +142,17 @@ class SyncDecodeStream final : public DecodeStream {
     const grpc::Status status = stream_->Finish();
     finished_ = true;
     if (!deadline_fired) {
-      final_status_ = status.ok() ? absl::UnavailableError(
-                                        "entrokv: the Decode stream ended")
-                                  : FromGrpc(status);
+      final_status_ =
+          status.ok()
+              ? absl::UnavailableError("entrokv: the Decode stream ended")
+              : FromGrpc(status);
     }
   }
 
   DeadlineWatchdog* watchdog_;
   grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeRequest,
-                                           v1::DecodeResponse>>
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>>
       stream_;
   bool broken_ = false;
   bool finished_ = false;

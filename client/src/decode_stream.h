@@ -56,8 +56,7 @@ class DecodeStream {
 std::unique_ptr<DecodeStream> OpenSyncDecodeStream(v1::EntroKv::Stub* stub,
                                                    DeadlineWatchdog* watchdog);
 // REQUIRES: `stub` outlives the stream.
-std::unique_ptr<DecodeStream> OpenCallbackDecodeStream(
-    v1::EntroKv::Stub* stub);
+std::unique_ptr<DecodeStream> OpenCallbackDecodeStream(v1::EntroKv::Stub* stub);
 
 class CallbackDecodeStream final
     : public DecodeStream,

@@ -34,8 +34,9 @@ void LiveSet::Append(absl::Span<const uint64_t> slot_ids,
                      absl::Span<const uint8_t> pinned) {
   for (size_t i = 0; i < slot_ids.size(); ++i) {
     const int64_t index = next_index_++;
-    entries_.emplace_hint(entries_.end(), index,
-                          Entry{slot_ids[i], !pinned.empty() && pinned[i] != 0});
+    entries_.emplace_hint(
+        entries_.end(), index,
+        Entry{slot_ids[i], !pinned.empty() && pinned[i] != 0});
     index_of_[slot_ids[i]] = index;
   }
 }

@@ -23,10 +23,9 @@ StreamingRule RuleFor(const SessionConfig& config) {
 
 }  // namespace
 
-Session::Impl::Impl(
-    std::shared_ptr<v1::EntroKv::Stub> stub,
-    std::shared_ptr<client_internal::DeadlineWatchdog> watchdog,
-    absl::Duration rpc_deadline, std::string id,
+Session::Impl::Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
+                    std::shared_ptr<client_internal::DeadlineWatchdog> watchdog,
+                    absl::Duration rpc_deadline, std::string id,
                     const SessionConfig& config, const SessionOptions& options,
                     uint64_t first_step,
                     std::unique_ptr<client_internal::DecodeStream> stream)
@@ -50,8 +49,7 @@ Session::Impl::Impl(const SessionConfig& config, const SessionOptions& options,
       degraded_reason_(std::move(why)) {}
 
 absl::Status Session::Impl::Validate(const StepRequest& request,
-                                     double* entropy,
-                                     bool* has_entropy) const {
+                                     double* entropy, bool* has_entropy) const {
   const Shape& shape = config_.shape;
   const size_t n = request.slot_ids.size();
   if (request.keys.size() != n * static_cast<size_t>(shape.key_elements())) {
@@ -86,9 +84,9 @@ absl::Status Session::Impl::Validate(const StepRequest& request,
     *entropy = *h;
     *has_entropy = true;
   } else if (PolicyNeedsEntropy(config_)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "entropy: policy ", PolicyName(config_),
-        " reads the entropy; give it or the logits"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("entropy: policy ", PolicyName(config_),
+                     " reads the entropy; give it or the logits"));
   }
   return absl::OkStatus();
 }
@@ -165,9 +163,15 @@ StepOutcome Session::Impl::Fallback(const Pending& pending, Cause cause) {
   ++counters_.steps;
   ++counters_.fallback_steps;
   switch (cause) {
-    case Cause::kDeadline: ++counters_.fallback_deadline; break;
-    case Cause::kUnavailable: ++counters_.fallback_unavailable; break;
-    case Cause::kDegraded: ++counters_.fallback_degraded; break;
+    case Cause::kDeadline:
+      ++counters_.fallback_deadline;
+      break;
+    case Cause::kUnavailable:
+      ++counters_.fallback_unavailable;
+      break;
+    case Cause::kDegraded:
+      ++counters_.fallback_degraded;
+      break;
   }
   counters_.evicted_by_fallback += static_cast<int64_t>(outcome.evicted.size());
   return outcome;
@@ -195,9 +199,9 @@ absl::StatusOr<StepOutcome> Session::Impl::Collect() {
   }
   counters_.bytes_received += static_cast<int64_t>(response->ByteSizeLong());
   if (response->results_size() != 1) {
-    Degrade(absl::InternalError(absl::StrCat(
-        "entrokv: a step response with ", response->results_size(),
-        " results")));
+    Degrade(absl::InternalError(absl::StrCat("entrokv: a step response with ",
+                                             response->results_size(),
+                                             " results")));
     return Fallback(pending, Cause::kUnavailable);
   }
   const v1::SessionStepResult& result = response->results(0);

@@ -30,9 +30,8 @@ class Session::Impl {
   // `watchdog` serves `stream` and is kept alive as long as it.
   Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
        std::shared_ptr<client_internal::DeadlineWatchdog> watchdog,
-       absl::Duration rpc_deadline, std::string id,
-       const SessionConfig& config, const SessionOptions& options,
-       uint64_t first_step,
+       absl::Duration rpc_deadline, std::string id, const SessionConfig& config,
+       const SessionOptions& options, uint64_t first_step,
        std::unique_ptr<client_internal::DecodeStream> stream);
   // An offline session: every step is decided locally; `why` says why.
   Impl(const SessionConfig& config, const SessionOptions& options,

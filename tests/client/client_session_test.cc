@@ -90,9 +90,8 @@ TEST_P(ClientSessionTest, LifecycleCreateStepInspectListClose) {
 }
 
 TEST_P(ClientSessionTest, EvictionsEqualCoreInProcessForEveryPolicy) {
-  for (const char* policy :
-       {"window", "streaming", "h2o", "tova", "keynorm", "random", "affinity",
-        "entropy", "h2o+entropy"}) {
+  for (const char* policy : {"window", "streaming", "h2o", "tova", "keynorm",
+                             "random", "affinity", "entropy", "h2o+entropy"}) {
     SCOPED_TRACE(policy);
     SessionConfig config = SmallConfig(policy, 12);
     config.protection.sinks = 1;
@@ -115,7 +114,8 @@ TEST_P(ClientSessionTest, EvictionsEqualCoreInProcessForEveryPolicy) {
 TEST_P(ClientSessionTest, PipelinedModeEqualsBlockingModeShiftedByOneStep) {
   const SessionConfig config = SmallConfig("entropy", 10);
   const auto story = MakeStory(config.shape, 16, 30);
-  ASSERT_OK_AND_ASSIGN(auto blocking, client_->CreateSession(config, Options()));
+  ASSERT_OK_AND_ASSIGN(auto blocking,
+                       client_->CreateSession(config, Options()));
   ASSERT_OK_AND_ASSIGN(auto pipelined,
                        client_->CreateSession(config, Options()));
   std::vector<StepOutcome> expected;
@@ -346,7 +346,8 @@ INSTANTIATE_TEST_SUITE_P(BothStreamApis, SessionFallbackTest,
                                       : std::string("Callback");
                          });
 
-TEST(OfflineSessionTest, UnreachableServerGivesALocalSessionThatKeepsTheBudget) {
+TEST(OfflineSessionTest,
+     UnreachableServerGivesALocalSessionThatKeepsTheBudget) {
   ClientOptions client_options;
   client_options.target =
       absl::StrCat("unix:/tmp/entrokv-client-test-absent-", getpid(), ".sock");
@@ -362,7 +363,8 @@ TEST(OfflineSessionTest, UnreachableServerGivesALocalSessionThatKeepsTheBudget) 
 
   const auto story = MakeStory(config.shape, 0, 20);
   for (int t = 0; t < 20; ++t) {
-    ASSERT_OK_AND_ASSIGN(StepOutcome outcome, session->Step(story[t].Request()));
+    ASSERT_OK_AND_ASSIGN(StepOutcome outcome,
+                         session->Step(story[t].Request()));
     EXPECT_TRUE(outcome.fallback);
     EXPECT_EQ(outcome.live, std::min(t + 1, 8));
     // Live before step t >= 8: sinks 1000, 1001 and the newest six,

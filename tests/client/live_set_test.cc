@@ -71,9 +71,9 @@ TEST_F(LiveSetTest, BlocksAreEvictedWholeAndOnlyWhenFull) {
   AppendRange(100, 10);  // Blocks of 4: [100..103] [104..107] [108, 109].
   // Budget 5 (need 5): sinks 1 protects block 0, so block 1 then block 2...
   // but block 2 is not full. Only block 1 goes (live 6 > 5: best effort).
-  EXPECT_THAT(live_.StreamingEvictions({.budget = 5, .sinks = 1,
-                                        .block_size = 4}),
-              ElementsAre(104, 105, 106, 107));
+  EXPECT_THAT(
+      live_.StreamingEvictions({.budget = 5, .sinks = 1, .block_size = 4}),
+      ElementsAre(104, 105, 106, 107));
   // Without sinks, ceil(5 / 4) = 2 blocks: 0 and 1.
   EXPECT_THAT(live_.StreamingEvictions({.budget = 5, .block_size = 4}),
               ElementsAre(100, 101, 102, 103, 104, 105, 106, 107));

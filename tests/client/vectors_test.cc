@@ -25,11 +25,13 @@ TEST(VectorsTest, F32ToF16AndBf16RoundToKnownBitPatterns) {
   const std::vector<float> values = {1.0f, -2.5f, 0.0f, 65504.0f};
   std::string f16;
   AppendConverted(VectorView::F32(values), ElementType::kF16, &f16);
-  EXPECT_EQ(AsU16(f16), (std::vector<uint16_t>{0x3C00, 0xC100, 0x0000, 0x7BFF}));
+  EXPECT_EQ(AsU16(f16),
+            (std::vector<uint16_t>{0x3C00, 0xC100, 0x0000, 0x7BFF}));
   std::string bf16;
   AppendConverted(VectorView::F32(values), ElementType::kBf16, &bf16);
   // 65504 = 0x477FE000 in binary32; to bf16 it rounds up to 0x4780 (65536).
-  EXPECT_EQ(AsU16(bf16), (std::vector<uint16_t>{0x3F80, 0xC020, 0x0000, 0x4780}));
+  EXPECT_EQ(AsU16(bf16),
+            (std::vector<uint16_t>{0x3F80, 0xC020, 0x0000, 0x4780}));
 }
 
 TEST(VectorsTest, F16ToBf16AndF32GoThroughTheExactValue) {

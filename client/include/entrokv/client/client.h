@@ -40,8 +40,8 @@ struct ClientOptions {
 // A session as the server describes it.
 struct SessionInfo {
   std::string id;
-  SessionConfig config;  // Effective: defaults filled in.
-  SessionStats stats;    // live, peak, budget, steps, bytes held, placement.
+  SessionConfig config;   // Effective: defaults filled in.
+  SessionStats stats;     // live, peak, budget, steps, bytes held, placement.
   bool attached = false;  // A Decode stream owns it now.
   absl::Duration idle;    // Since it was last detached (0 while attached).
 };

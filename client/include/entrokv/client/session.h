@@ -103,11 +103,11 @@ struct StepOutcome {
   uint64_t step = 0;
   // The slots to free now, in append order (oldest first).
   std::vector<uint64_t> evicted;
-  int64_t live = 0;      // Live entries after the evictions.
-  int64_t budget = 0;    // The step's effective budget.
-  double entropy = 0.0;  // The entropy used (0 when none was needed).
-  bool fallback = false;  // Decided locally, not by the server.
-  absl::Duration latency;  // From send to result (client side).
+  int64_t live = 0;               // Live entries after the evictions.
+  int64_t budget = 0;             // The step's effective budget.
+  double entropy = 0.0;           // The entropy used (0 when none was needed).
+  bool fallback = false;          // Decided locally, not by the server.
+  absl::Duration latency;         // From send to result (client side).
   absl::Duration server_compute;  // Server time in core (0 for fallbacks).
 };
 
@@ -118,7 +118,7 @@ struct SessionCounters {
   int64_t fallback_deadline = 0;     // ... because its deadline passed.
   int64_t fallback_unavailable = 0;  // ... because the stream broke / offline.
   int64_t fallback_degraded = 0;     // ... because an earlier step fell back.
-  int64_t rejected_steps = 0;  // Steps the server or client rejected.
+  int64_t rejected_steps = 0;        // Steps the server or client rejected.
   int64_t evicted_by_server = 0;
   int64_t evicted_by_fallback = 0;
   int64_t bytes_sent = 0;      // Serialized request bytes.
