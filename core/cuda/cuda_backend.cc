@@ -376,12 +376,25 @@ absl::Status CudaSession::GrowState(int64_t needed) {
       DeviceBuffer::Make(pool_.get(), n * sizeof(double), "h2o accumulators"));
   const size_t live_n = static_cast<size_t>(live());
   if (live_n > 0) {
-    ENTROKV_CUDA_RETURN_IF_ERROR(
-        cudaMemcpy2DAsync(keys.as<std::byte>(), n * row_bytes_,
-                          keys_.as<std::byte>(), capacity_ * row_bytes_,
-                          live_n * row_bytes_, planes_,
-                          cudaMemcpyDeviceToDevice, stream_),
-        "growing keys");
+    const size_t new_pitch = n * static_cast<size_t>(row_bytes_);
+    const size_t old_pitch = static_cast<size_t>(capacity_ * row_bytes_);
+    const size_t width = live_n * static_cast<size_t>(row_bytes_);
+    if (new_pitch < (size_t{1} << 31)) {
+      ENTROKV_CUDA_RETURN_IF_ERROR(
+          cudaMemcpy2DAsync(keys.as<std::byte>(), new_pitch,
+                            keys_.as<std::byte>(), old_pitch, width, planes_,
+                            cudaMemcpyDeviceToDevice, stream_),
+          "growing keys");
+    } else {
+      // Pitches past cudaMemcpy2D's limit: one copy per plane.
+      for (int64_t plane = 0; plane < planes_; ++plane) {
+        ENTROKV_CUDA_RETURN_IF_ERROR(
+            cudaMemcpyAsync(keys.as<std::byte>() + plane * new_pitch,
+                            keys_.as<std::byte>() + plane * old_pitch, width,
+                            cudaMemcpyDeviceToDevice, stream_),
+            "growing keys");
+      }
+    }
     const std::pair<DeviceBuffer*, DeviceBuffer*> arrays[] = {
         {&index, &d_index_}, {&key_norm, &d_key_norm_},
         {&affinity, &d_affinity_}, {&h2o, &d_h2o_}};

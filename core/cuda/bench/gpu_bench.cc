@@ -107,47 +107,51 @@ Shape BenchShape(int32_t layers) {
   return s;
 }
 
-// Drives one session: bulk fills, then decode steps of one entry each. The
-// keys are one pre-encoded chunk of pseudo-random values, reused.
+// Pre-encoded pseudo-random f16 keys (a chunk, reused for every append) and
+// queries for one shape, shared by the sessions of a case.
+struct Inputs {
+  Inputs(const Shape& shape, int64_t entries) : chunk_entries(entries) {
+    uint64_t x = 0x9E3779B97F4A7C15ull;
+    auto next = [&x] {
+      x = x * 6364136223846793005ull + 1442695040888963407ull;
+      return static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) /
+             static_cast<float>(1 << 23);
+    };
+    std::vector<float> values(
+        static_cast<size_t>(entries * shape.key_elements()));
+    for (float& v : values) v = next();
+    keys.resize(values.size() * 2);
+    EncodeElements(ElementType::kF16, values.data(), values.size(),
+                   keys.data());
+    std::vector<float> q(static_cast<size_t>(shape.query_elements()));
+    for (float& v : q) v = next();
+    queries.resize(q.size() * 2);
+    EncodeElements(ElementType::kF16, q.data(), q.size(), queries.data());
+  }
+  int64_t chunk_entries;
+  std::vector<std::byte> keys;
+  std::vector<std::byte> queries;
+};
+
+// Drives one session: bulk fills, then decode steps of one entry each.
 class Driver {
  public:
   Driver(const Shape& shape, std::unique_ptr<SessionState> session,
-         uint64_t first_slot)
-      : shape_(shape), session_(std::move(session)), next_slot_(first_slot) {
-    const int64_t kb = shape.key_elements() * 2;
-    chunk_entries_ = std::max<int64_t>(1, (int64_t{64} << 20) / kb);
-    std::vector<float> values(
-        static_cast<size_t>(chunk_entries_ * shape.key_elements()));
-    uint64_t x = 0x9E3779B97F4A7C15ull ^ first_slot;
-    for (float& v : values) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      v = static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) /
-          static_cast<float>(1 << 23);
-    }
-    keys_.resize(values.size() * 2);
-    EncodeElements(ElementType::kF16, values.data(), values.size(),
-                   keys_.data());
-    std::vector<float> q(static_cast<size_t>(shape.query_elements()));
-    for (float& v : q) {
-      x = x * 6364136223846793005ull + 1442695040888963407ull;
-      v = static_cast<float>(static_cast<int64_t>(x >> 40) - (1 << 23)) /
-          static_cast<float>(1 << 23);
-    }
-    queries_.resize(q.size() * 2);
-    EncodeElements(ElementType::kF16, q.data(), q.size(), queries_.data());
-  }
+         const Inputs* inputs)
+      : shape_(shape), session_(std::move(session)), inputs_(inputs) {}
 
   absl::Status Append(int64_t count) {
     while (count > 0) {
-      const int64_t m = std::min(count, chunk_entries_);
+      const int64_t m = std::min(count, inputs_->chunk_entries);
       ids_.resize(static_cast<size_t>(m));
       for (uint64_t& id : ids_) id = next_slot_++;
       StepInput in;
       in.step = step_++;
       in.append.slot_ids = ids_;
       in.append.keys = absl::MakeConstSpan(
-          keys_.data(), static_cast<size_t>(m * shape_.key_elements() * 2));
-      in.queries = queries_;
+          inputs_->keys.data(),
+          static_cast<size_t>(m * shape_.key_elements() * 2));
+      in.queries = inputs_->queries;
       in.entropy = 1.0 + 0.1 * static_cast<double>(step_ % 7);
       StepResult result;
       absl::Status st = session_->Step(in, &result);
@@ -162,11 +166,9 @@ class Driver {
  private:
   Shape shape_;
   std::unique_ptr<SessionState> session_;
-  uint64_t next_slot_;
+  const Inputs* inputs_;
+  uint64_t next_slot_ = 1;
   uint64_t step_ = 1;
-  int64_t chunk_entries_;
-  std::vector<std::byte> keys_;
-  std::vector<std::byte> queries_;
   std::vector<uint64_t> ids_;
 };
 
@@ -174,7 +176,7 @@ absl::StatusOr<std::unique_ptr<Driver>> MakeDriver(Backend& backend,
                                                    const Shape& shape,
                                                    Ranking ranking,
                                                    int64_t live,
-                                                   uint64_t first_slot) {
+                                                   const Inputs* inputs) {
   SessionConfig config;
   config.shape = shape;
   config.ranking = ranking;
@@ -186,7 +188,7 @@ absl::StatusOr<std::unique_ptr<Driver>> MakeDriver(Backend& backend,
       backend.CreateSession(config, SessionLimits{});
   if (!session.ok()) return session.status();
   auto driver =
-      std::make_unique<Driver>(shape, std::move(session).value(), first_slot);
+      std::make_unique<Driver>(shape, std::move(session).value(), inputs);
   absl::Status st = driver->Append(live);
   if (!st.ok()) return st;
   return driver;
@@ -219,8 +221,11 @@ int Run(bool quick) {
     for (int32_t layers : layer_counts) {
       for (Ranking ranking : rankings) {
         const Shape shape = BenchShape(layers);
+        const Inputs inputs(shape, std::max<int64_t>(
+                                       1, (int64_t{64} << 20) /
+                                              (shape.key_elements() * 2)));
         absl::StatusOr<std::unique_ptr<Driver>> driver =
-            MakeDriver(**backend, shape, ranking, live, 1);
+            MakeDriver(**backend, shape, ranking, live, &inputs);
         if (!driver.ok()) {
           std::printf("%-9s %7lld %6d   skipped: %s\n",
                       std::string(RankingName(ranking)).c_str(),
@@ -257,10 +262,11 @@ int Run(bool quick) {
   constexpr int64_t kLive = 4096;
   constexpr int kThreads = 16;
   const Shape shape = BenchShape(4);
+  const Inputs inputs(shape, kLive);
   std::vector<std::unique_ptr<Driver>> drivers;
   for (int i = 0; i < kSessions; ++i) {
     absl::StatusOr<std::unique_ptr<Driver>> d = MakeDriver(
-        **backend, shape, Ranking::kTova, kLive, uint64_t{1} << 40);
+        **backend, shape, Ranking::kTova, kLive, &inputs);
     if (!d.ok()) {
       std::printf("\n256 sessions: skipped after %d sessions: %s\n", i,
                   d.status().ToString().c_str());
