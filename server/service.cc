@@ -54,7 +54,10 @@ class DecodeReactor final
 
   void OnReadDone(bool ok) override {
     if (!ok) {
-      // The client half-closed or the call was cancelled.
+      // The client half-closed or the call was cancelled. Sessions are
+      // released before the status goes out, so that a client that has seen
+      // the stream end can attach them elsewhere at once.
+      DetachAll();
       Finish(grpc::Status::OK);
       return;
     }
@@ -64,6 +67,7 @@ class DecodeReactor final
 
   void OnWriteDone(bool ok) override {
     if (!ok) {
+      DetachAll();
       Finish(ToGrpcStatus(absl::CancelledError("decode stream broken")));
       return;
     }
@@ -71,13 +75,17 @@ class DecodeReactor final
   }
 
   void OnDone() override {
-    for (auto& [id, entry] : attached_) registry_->Detach(*entry, this);
-    spdlog::debug("decode stream from {} ended ({} sessions detached, {} steps)",
-                  peer_, attached_.size(), steps_);
+    DetachAll();
+    spdlog::debug("decode stream from {} ended after {} steps", peer_, steps_);
     delete this;
   }
 
  private:
+  void DetachAll() {
+    for (auto& [id, entry] : attached_) registry_->Detach(*entry, this);
+    attached_.clear();
+  }
+
   void Handle() {
     response_.Clear();
     for (int i = 0; i < request_.attach_size(); ++i) {
