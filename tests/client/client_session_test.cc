@@ -337,6 +337,53 @@ TEST_P(SessionFallbackTest, MissedDeadlineDecidesLocallyAndDegrades) {
   silent->Shutdown(absl::ToChronoTime(absl::Now()));
 }
 
+TEST_P(SessionFallbackTest, PipelinedStepsFallBackOneStepLateToo) {
+  SilentService service;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                           &port);
+  builder.RegisterService(&service);
+  std::unique_ptr<grpc::Server> silent = builder.BuildAndStart();
+  ASSERT_NE(silent, nullptr);
+  ClientOptions client_options;
+  client_options.target = absl::StrCat("127.0.0.1:", port);
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(client_options));
+  SessionConfig config = SmallConfig("window", 3);
+  config.streaming_sinks = 0;
+  SessionOptions options;
+  options.stream_api = GetParam();
+  options.step_deadline = absl::Milliseconds(30);
+  ASSERT_OK_AND_ASSIGN(auto session, client->CreateSession(config, options));
+  const auto story = MakeStory(config.shape, 0, 6);
+
+  std::vector<StepOutcome> late;
+  for (const StoryStep& step : story) {
+    ASSERT_OK_AND_ASSIGN(std::optional<StepOutcome> previous,
+                         session->StepPipelined(step.Request()));
+    if (previous.has_value()) late.push_back(*previous);
+  }
+  ASSERT_OK_AND_ASSIGN(std::optional<StepOutcome> last, session->Flush());
+  ASSERT_TRUE(last.has_value());
+  late.push_back(*last);
+  ASSERT_EQ(late.size(), 6u);
+  // Step t is decided when collected, after step t + 1 was appended: step 0
+  // sees 2 live (budget 3), step 1 sees 3, step 2 sees 1000..1003 and evicts
+  // 1000, step 3 evicts 1001, step 4 evicts 1002.
+  EXPECT_THAT(late[0].evicted, IsEmpty());
+  EXPECT_THAT(late[1].evicted, IsEmpty());
+  for (size_t t = 2; t < 5; ++t) {
+    EXPECT_THAT(late[t].evicted, ElementsAre(1000 + t - 2)) << "step " << t;
+  }
+  EXPECT_THAT(late[5].evicted, IsEmpty());  // Last: nothing new appended.
+  EXPECT_THAT(session->LiveSlots(), ElementsAre(1003, 1004, 1005));
+  const SessionCounters counters = session->counters();
+  EXPECT_EQ(counters.fallback_deadline, 1);
+  EXPECT_EQ(counters.fallback_degraded, 5);
+  session.reset();
+  silent->Shutdown(absl::ToChronoTime(absl::Now()));
+}
+
 INSTANTIATE_TEST_SUITE_P(BothStreamApis, SessionFallbackTest,
                          ::testing::Values(StreamApi::kSync,
                                            StreamApi::kCallback),
