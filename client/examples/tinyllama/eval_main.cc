@@ -53,13 +53,13 @@ ABSL_FLAG(std::string, data, "",
           "tinystories_valid_head.txt (default: $ENTROKV_DATA, else "
           "<repo>/../shared/data/tinystories).");
 ABSL_FLAG(int, stories, 20, "Stories to evaluate, from the first.");
-ABSL_FLAG(std::string, budgets, "16,32,64,96,128,192",
+ABSL_FLAG(std::string, budgets, "16,32,64,128,192,256",
           "Nominal budgets B (live entries) to sweep.");
-ABSL_FLAG(std::string, targets, "32,48,64,96,128",
+ABSL_FLAG(std::string, targets, "24,32,48,64,96",
           "Mean live entries at which policies are compared.");
 ABSL_FLAG(std::string, policies, "all",
           "Comma-separated policy names (RANKING+CONTROL), or 'all'.");
-ABSL_FLAG(std::string, pipelined_budgets, "32,64,128",
+ABSL_FLAG(std::string, pipelined_budgets, "64",
           "Budgets at which every policy is also run one step late.");
 ABSL_FLAG(bool, inprocess, false,
           "Decide in this process with entrokv core instead of over gRPC.");

@@ -21,11 +21,21 @@ void RmsNorm(absl::Span<const float> x, absl::Span<const float> weight,
 void MatVec(absl::Span<const float> w, absl::Span<const float> x,
             absl::Span<float> out) {
   assert(w.size() == out.size() * x.size());
+  // Eight independent partial sums let the compiler vectorise the dot product
+  // without -ffast-math; the summation order is fixed, so results are
+  // deterministic.
+  constexpr size_t kLanes = 8;
   const size_t n = x.size();
+  const size_t blocked = n - n % kLanes;
   for (size_t r = 0; r < out.size(); ++r) {
     const float* row = w.data() + r * n;
+    float partial[kLanes] = {};
+    for (size_t c = 0; c < blocked; c += kLanes) {
+      for (size_t j = 0; j < kLanes; ++j) partial[j] += row[c + j] * x[c + j];
+    }
     float sum = 0.0f;
-    for (size_t c = 0; c < n; ++c) sum += row[c] * x[c];
+    for (size_t j = 0; j < kLanes; ++j) sum += partial[j];
+    for (size_t c = blocked; c < n; ++c) sum += row[c] * x[c];
     out[r] = sum;
   }
 }

@@ -1,8 +1,9 @@
 // The numerical pieces of a Llama forward pass, on float vectors.
 //
-// Each function follows llama2.c's run.c exactly (same formula, same float
-// accumulation order), so that the C++ model can be checked against an
-// independent implementation to float precision. Pure functions, thread-safe.
+// Each function follows llama2.c's run.c (same formulas, float arithmetic;
+// MatVec sums in eight fixed lanes), so that the C++ model can be checked
+// against an independent implementation to float precision. Pure functions,
+// thread-safe.
 
 #ifndef ENTROKV_CLIENT_EXAMPLES_TINYLLAMA_OPS_H_
 #define ENTROKV_CLIENT_EXAMPLES_TINYLLAMA_OPS_H_

@@ -1,0 +1,112 @@
+// In process and over gRPC (a real server started in this process, on port 0,
+// reached through the client library) the engine gets the same evictions, so
+// the same perplexity and memory, for every ranking × budget controller.
+
+#include "tinyllama/grpc_decider.h"
+
+#include <memory>
+#include <vector>
+
+#include "gtest/gtest.h"
+#include "server/server.h"
+#include "tests/eval/reference.h"
+#include "tests/testing/status_matchers.h"
+#include "tinyllama/decider.h"
+#include "tinyllama/evaluator.h"
+#include "tinyllama/model.h"
+#include "tinyllama/tokenizer.h"
+
+namespace entrokv::tinyllama {
+namespace {
+
+using ::entrokv::tinyllama::testing::DataDirOrEmpty;
+
+class GrpcDeciderTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    data_ = DataDirOrEmpty();
+    ENTROKV_SKIP_WITHOUT_DATA(data_);
+    ASSERT_OK_AND_ASSIGN(Model model, Model::Load(ModelPath(data_)));
+    model_ = std::make_unique<Model>(std::move(model));
+    ASSERT_OK_AND_ASSIGN(Tokenizer tokenizer,
+                         Tokenizer::Load(TokenizerPath(data_), 512));
+    ASSERT_OK_AND_ASSIGN(std::vector<std::string> stories,
+                         LoadStories(StoriesPath(data_), 2));
+    for (const std::string& s : stories) {
+      // 160 tokens each keep the suite quick; budgets below force evictions.
+      tokens_.push_back(StoryTokens(tokenizer, s, 160));
+    }
+    server::ServerOptions options;
+    options.listen = {"127.0.0.1:0"};
+    options.use_gpu = false;
+    ASSERT_OK_AND_ASSIGN(server_, server::Server::Start(options));
+    ASSERT_OK_AND_ASSIGN(grpc_, CreateGrpcDecider(server_->targets()[0]));
+    ASSERT_OK_AND_ASSIGN(local_, CreateInProcessDecider());
+  }
+
+  void TearDown() override {
+    grpc_.reset();
+    if (server_ != nullptr) server_->Shutdown(absl::ZeroDuration());
+  }
+
+  absl::StatusOr<SequenceResult> Run(Decider* decider,
+                                     const SessionConfig& config, int story,
+                                     int lag) {
+    auto session = decider->Open(config);
+    if (!session.ok()) return session.status();
+    EvaluateOptions options;
+    options.lag = lag;
+    auto result =
+        EvaluateSequence(*model_, tokens_[story], session->get(), options);
+    absl::Status closed = (*session)->Close();
+    if (!result.ok()) return result.status();
+    if (!closed.ok()) return closed;
+    return result;
+  }
+
+  std::string data_;
+  std::unique_ptr<Model> model_;
+  std::vector<std::vector<int>> tokens_;
+  std::unique_ptr<server::Server> server_;
+  std::unique_ptr<Decider> grpc_;
+  std::unique_ptr<Decider> local_;
+};
+
+TEST_F(GrpcDeciderTest, SameResultsAsInProcessForEveryPolicy) {
+  for (Ranking ranking : kAllRankings) {
+    for (BudgetControl control : kAllBudgetControls) {
+      SessionConfig config = EngineSessionConfig(model_->config(), 24);
+      config.ranking = ranking;
+      config.budget_control = control;
+      SCOPED_TRACE(PolicyName(config));
+      for (int story = 0; story < 2; ++story) {
+        for (int lag : {0, 1}) {
+          ASSERT_OK_AND_ASSIGN(SequenceResult local,
+                               Run(local_.get(), config, story, lag));
+          ASSERT_OK_AND_ASSIGN(SequenceResult remote,
+                               Run(grpc_.get(), config, story, lag));
+          EXPECT_GT(local.evicted, 0);
+          // Same evictions: the NLL is identical to the bit.
+          EXPECT_EQ(remote.nll_sum, local.nll_sum) << "story " << story;
+          EXPECT_EQ(remote.live_sum, local.live_sum);
+          EXPECT_EQ(remote.peak_live, local.peak_live);
+          EXPECT_EQ(remote.evicted, local.evicted);
+        }
+      }
+    }
+  }
+}
+
+TEST_F(GrpcDeciderTest, ServerRejectionIsReported) {
+  SessionConfig config = EngineSessionConfig(model_->config(), 24);
+  config.shape.head_dim = 16;  // The engine sends 8: every step is rejected.
+  auto session = grpc_->Open(config);
+  ASSERT_OK(session);
+  EvaluateOptions options;
+  EXPECT_STATUS_CODE(
+      EvaluateSequence(*model_, tokens_[0], session->get(), options),
+      absl::StatusCode::kInvalidArgument);
+}
+
+}  // namespace
+}  // namespace entrokv::tinyllama
