@@ -68,8 +68,9 @@ absl::Status CudaStatus(cudaError_t err, absl::string_view what) {
   if (err == cudaSuccess) return absl::OkStatus();
   // Clear the (non-sticky) error so that later launch checks do not see it.
   cudaGetLastError();
-  std::string message = absl::StrCat("cuda: ", what, ": ", cudaGetErrorName(err),
-                                     " (", cudaGetErrorString(err), ")");
+  std::string message =
+      absl::StrCat("cuda: ", what, ": ", cudaGetErrorName(err), " (",
+                   cudaGetErrorString(err), ")");
   switch (err) {
     case cudaErrorMemoryAllocation:
       return absl::ResourceExhaustedError(std::move(message));
@@ -213,8 +214,7 @@ class CudaSession final : public SessionState {
  public:
   CudaSession(const SessionConfig& config, const SessionLimits& limits,
               std::shared_ptr<ByteAccount> account,
-              std::shared_ptr<DevicePool> pool, int device,
-              cudaStream_t stream)
+              std::shared_ptr<DevicePool> pool, int device, cudaStream_t stream)
       : config_(config),
         limits_(limits),
         account_(std::move(account)),
@@ -234,12 +234,13 @@ class CudaSession final : public SessionState {
     cudaStreamSynchronize(stream_);
     // Free every buffer before the stream goes.
     DeviceBuffer* buffers[] = {
-        &keys_,  &d_index_,  &d_pinned_,    &d_key_norm_,  &d_affinity_,
-        &d_h2o_, &d_mean_,   &d_attention_, &d_keep_,      &d_protect_,
-        &d_iota_, &d_sorted_index_, &d_sorted_pos_, &d_keys_a_, &d_keys_b_,
-        &d_vals_a_, &d_vals_b_, &d_out_, &d_moves_, &d_temp_,
-        &d_recent_from_, &d_z_, &d_row_max_, &d_row_inv_, &d_queries_,
-        &d_staged_, &d_plane_norms_, &d_append_pinned_};
+        &keys_,          &d_index_,   &d_pinned_,      &d_key_norm_,
+        &d_affinity_,    &d_h2o_,     &d_mean_,        &d_attention_,
+        &d_keep_,        &d_protect_, &d_iota_,        &d_sorted_index_,
+        &d_sorted_pos_,  &d_keys_a_,  &d_keys_b_,      &d_vals_a_,
+        &d_vals_b_,      &d_out_,     &d_moves_,       &d_temp_,
+        &d_recent_from_, &d_z_,       &d_row_max_,     &d_row_inv_,
+        &d_queries_,     &d_staged_,  &d_plane_norms_, &d_append_pinned_};
     for (DeviceBuffer* b : buffers) b->Reset();
     cudaStreamDestroy(stream_);
     account_->Release(live() * bytes_per_entry_);
@@ -353,8 +354,8 @@ absl::Status CudaSession::GrowState(int64_t needed) {
   int64_t new_cap = std::max<int64_t>({needed, 2 * capacity_, 64});
   if (account_->limit() > 0) {
     // Never hold storage for more entries than the byte limit admits.
-    new_cap = std::min(new_cap, std::max(needed, account_->limit() /
-                                                     bytes_per_entry_));
+    new_cap = std::min(new_cap,
+                       std::max(needed, account_->limit() / bytes_per_entry_));
   }
   const size_t n = static_cast<size_t>(new_cap);
   ENTROKV_ASSIGN_OR_RETURN(
@@ -363,8 +364,8 @@ absl::Status CudaSession::GrowState(int64_t needed) {
   ENTROKV_ASSIGN_OR_RETURN(
       DeviceBuffer index,
       DeviceBuffer::Make(pool_.get(), n * sizeof(int64_t), "append indices"));
-  ENTROKV_ASSIGN_OR_RETURN(
-      DeviceBuffer pinned, DeviceBuffer::Make(pool_.get(), n, "pinned flags"));
+  ENTROKV_ASSIGN_OR_RETURN(DeviceBuffer pinned,
+                           DeviceBuffer::Make(pool_.get(), n, "pinned flags"));
   ENTROKV_ASSIGN_OR_RETURN(
       DeviceBuffer key_norm,
       DeviceBuffer::Make(pool_.get(), n * sizeof(double), "key norms"));
@@ -396,8 +397,10 @@ absl::Status CudaSession::GrowState(int64_t needed) {
       }
     }
     const std::pair<DeviceBuffer*, DeviceBuffer*> arrays[] = {
-        {&index, &d_index_}, {&key_norm, &d_key_norm_},
-        {&affinity, &d_affinity_}, {&h2o, &d_h2o_}};
+        {&index, &d_index_},
+        {&key_norm, &d_key_norm_},
+        {&affinity, &d_affinity_},
+        {&h2o, &d_h2o_}};
     for (const auto& [to, from] : arrays) {
       ENTROKV_CUDA_RETURN_IF_ERROR(
           cudaMemcpyAsync(to->as<std::byte>(), from->as<std::byte>(),
@@ -438,8 +441,10 @@ absl::Status CudaSession::Prepare(int64_t n_after, int64_t n_new,
     ENTROKV_RETURN_IF_ERROR(
         d_sorted_pos_.Ensure(pool, cap * 4, "sorted positions"));
     const size_t key_size = sizeof(cuda::SortKey);
-    ENTROKV_RETURN_IF_ERROR(d_keys_a_.Ensure(pool, cap * key_size, "sort keys"));
-    ENTROKV_RETURN_IF_ERROR(d_keys_b_.Ensure(pool, cap * key_size, "sort keys"));
+    ENTROKV_RETURN_IF_ERROR(
+        d_keys_a_.Ensure(pool, cap * key_size, "sort keys"));
+    ENTROKV_RETURN_IF_ERROR(
+        d_keys_b_.Ensure(pool, cap * key_size, "sort keys"));
     ENTROKV_RETURN_IF_ERROR(d_vals_a_.Ensure(pool, cap * 4, "sort values"));
     ENTROKV_RETURN_IF_ERROR(d_vals_b_.Ensure(pool, cap * 4, "sort values"));
     ENTROKV_RETURN_IF_ERROR(d_out_.Ensure(pool, (cap + bs) * 4, "evictions"));
@@ -497,9 +502,8 @@ absl::Status CudaSession::Step(const StepInput& input, StepResult* result,
         "session: its device state was lost to an earlier CUDA error (",
         broken_.message(), "); close it and open a new one"));
   }
-  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(config_, limits_, last_step_,
-                                            live_slots_, live(), input,
-                                            &decoded_));
+  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
+      config_, limits_, last_step_, live_slots_, live(), input, &decoded_));
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -562,9 +566,9 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
       std::memcpy(h_pinned_.as<uint8_t>(), input.append.pinned.data(),
                   static_cast<size_t>(n_new));
       ENTROKV_CUDA_RETURN_IF_ERROR(
-          cudaMemcpyAsync(d_append_pinned_.as<uint8_t>(), h_pinned_.as<uint8_t>(),
-                          static_cast<size_t>(n_new), cudaMemcpyHostToDevice,
-                          stream_),
+          cudaMemcpyAsync(d_append_pinned_.as<uint8_t>(),
+                          h_pinned_.as<uint8_t>(), static_cast<size_t>(n_new),
+                          cudaMemcpyHostToDevice, stream_),
           "copying pinned flags");
       d_pinned = d_append_pinned_.as<uint8_t>();
     }
@@ -633,8 +637,8 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   // 4. Append order on the device, when the h2o window or blocks need it.
   int64_t h2o_keep = 0;
   if (ranking == Ranking::kH2o) {
-    h2o_keep = static_cast<int64_t>(std::ceil(
-        config_.h2o.recent_fraction * static_cast<double>(budget)));
+    h2o_keep = static_cast<int64_t>(
+        std::ceil(config_.h2o.recent_fraction * static_cast<double>(budget)));
   }
   const bool sort_index =
       n > 0 && ((ranking == Ranking::kH2o && h2o_keep > 0 && h2o_keep < n) ||
@@ -702,12 +706,11 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
           "selection keys");
     } else {
       ENTROKV_CUDA_RETURN_IF_ERROR(
-          cuda::LaunchBlockKeys(d_sorted_index_.as<int64_t>(),
-                                d_sorted_pos_.as<int32_t>(),
-                                d_keep_.as<double>(), d_protect_.as<uint8_t>(),
-                                n, config_.block_size,
-                                config_.block_reduce == BlockReduce::kMax,
-                                keys_a, vals_a, stream_),
+          cuda::LaunchBlockKeys(
+              d_sorted_index_.as<int64_t>(), d_sorted_pos_.as<int32_t>(),
+              d_keep_.as<double>(), d_protect_.as<uint8_t>(), n,
+              config_.block_size, config_.block_reduce == BlockReduce::kMax,
+              keys_a, vals_a, stream_),
           "block selection keys");
     }
     ENTROKV_CUDA_RETURN_IF_ERROR(
@@ -761,7 +764,8 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
                         cudaMemcpyDeviceToHost, stream_),
         "copying the trace");
   }
-  ENTROKV_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_), "running the step");
+  ENTROKV_CUDA_RETURN_IF_ERROR(cudaStreamSynchronize(stream_),
+                               "running the step");
 
   // The device part succeeded: commit the append to the host mirror.
   *committed = true;
@@ -873,7 +877,8 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<SessionState>> CreateSession(
       const SessionConfig& config, const SessionLimits& limits) override {
     ENTROKV_RETURN_IF_ERROR(ValidateSessionConfig(config));
-    ENTROKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_), "selecting the device");
+    ENTROKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_),
+                                 "selecting the device");
     cudaStream_t stream = nullptr;
     ENTROKV_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
@@ -897,27 +902,27 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateCudaBackend(
   const cudaError_t err = cudaGetDeviceCount(&count);
   if (err != cudaSuccess) {
     cudaGetLastError();
-    return absl::UnavailableError(
-        absl::StrCat("cuda: no usable device (cudaGetDeviceCount: ",
-                     cudaGetErrorName(err), ", ", cudaGetErrorString(err), ")"));
+    return absl::UnavailableError(absl::StrCat(
+        "cuda: no usable device (cudaGetDeviceCount: ", cudaGetErrorName(err),
+        ", ", cudaGetErrorString(err), ")"));
   }
   if (count == 0) {
     return absl::UnavailableError("cuda: no device present");
   }
   if (options.device < 0 || options.device >= count) {
-    return absl::UnavailableError(absl::StrCat(
-        "cuda: device ", options.device, " not present (", count,
-        count == 1 ? " device)" : " devices)"));
+    return absl::UnavailableError(
+        absl::StrCat("cuda: device ", options.device, " not present (", count,
+                     count == 1 ? " device)" : " devices)"));
   }
   ENTROKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(options.device),
                                "selecting the device");
   cudaDeviceProp prop{};
   ENTROKV_CUDA_RETURN_IF_ERROR(cudaGetDeviceProperties(&prop, options.device),
                                "reading device properties");
-  std::string description = absl::StrCat(
-      "cuda:", options.device, " ", prop.name, " (",
-      (prop.totalGlobalMem + (size_t{1} << 29)) >> 30, " GiB, sm_", prop.major,
-      prop.minor, ")");
+  std::string description =
+      absl::StrCat("cuda:", options.device, " ", prop.name, " (",
+                   (prop.totalGlobalMem + (size_t{1} << 29)) >> 30, " GiB, sm_",
+                   prop.major, prop.minor, ")");
   return std::make_unique<CudaBackend>(options, std::move(description));
 }
 

@@ -40,8 +40,7 @@ __device__ __forceinline__ float Bf16BitsToFloat(uint32_t bits) {
 }
 
 template <ElementType kType>
-__device__ __forceinline__ float LoadElement(const std::byte* base,
-                                             int64_t i) {
+__device__ __forceinline__ float LoadElement(const std::byte* base, int64_t i) {
   if constexpr (kType == ElementType::kF32) {
     return reinterpret_cast<const float*>(base)[i];
   } else if constexpr (kType == ElementType::kF16) {
@@ -70,8 +69,8 @@ constexpr int kElementsPer16Bytes = kType == ElementType::kF32 ? 4 : 8;
 
 // Decodes one 16-byte vector (little-endian elements) into floats.
 template <ElementType kType>
-__device__ __forceinline__ void Decode16(const uint4& v,
-                                         float (&out)[kElementsPer16Bytes<kType>]) {
+__device__ __forceinline__ void Decode16(
+    const uint4& v, float (&out)[kElementsPer16Bytes<kType>]) {
   const uint32_t w[4] = {v.x, v.y, v.z, v.w};
   if constexpr (kType == ElementType::kF32) {
 #pragma unroll
@@ -220,9 +219,8 @@ __global__ void __launch_bounds__(kThreads)
     for (int g = 0; g < kMaxGroup; ++g) {
 #pragma unroll
       for (int e = 0; e < kE; ++e) {
-        q[g][e] = g < a.group
-                      ? a.queries[(row0 + g) * a.head_dim + c * kE + e]
-                      : 0.0f;
+        q[g][e] = g < a.group ? a.queries[(row0 + g) * a.head_dim + c * kE + e]
+                              : 0.0f;
       }
     }
     const uint4* base = reinterpret_cast<const uint4*>(
@@ -327,9 +325,9 @@ __device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
 
 __device__ __forceinline__ double RandomKeepScore(uint64_t seed, int64_t index,
                                                   uint64_t step) {
-  const uint64_t x = seed +
-                     0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1) +
-                     0xD1B54A32D192ED03ull * step;
+  const uint64_t x =
+      seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1) +
+      0xD1B54A32D192ED03ull * step;
   return static_cast<double>(SplitMix64(x) >> 11) * 0x1.0p-53;
 }
 
@@ -507,8 +505,8 @@ __global__ void EmitBlocksKernel(const SortKey* keys, const int32_t* vals,
 // ---- Compaction ----------------------------------------------------------
 
 template <typename Unit>
-__global__ void MoveRowsKernel(const int32_t* moves, int64_t count,
-                               Unit* keys, int64_t capacity, int32_t planes,
+__global__ void MoveRowsKernel(const int32_t* moves, int64_t count, Unit* keys,
+                               int64_t capacity, int32_t planes,
                                int64_t row_units) {
   const int64_t total = count * planes * row_units;
   for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < total;
@@ -565,11 +563,11 @@ cudaError_t LaunchScoreTyped(const ScoreArgs& a, cudaStream_t stream) {
     const int64_t chunks = (a.live + entries_per_chunk - 1) / entries_per_chunk;
     const unsigned grid = GridFor(planes * chunks, 1);
     if (a.group <= 4) {
-      ScoreFastKernel<kType, 4><<<grid, kThreads, 0, stream>>>(
-          a, lanes, chunks, entries_per_chunk);
+      ScoreFastKernel<kType, 4>
+          <<<grid, kThreads, 0, stream>>>(a, lanes, chunks, entries_per_chunk);
     } else {
-      ScoreFastKernel<kType, 8><<<grid, kThreads, 0, stream>>>(
-          a, lanes, chunks, entries_per_chunk);
+      ScoreFastKernel<kType, 8>
+          <<<grid, kThreads, 0, stream>>>(a, lanes, chunks, entries_per_chunk);
     }
   } else {
     ScoreGenericKernel<kType>
@@ -660,8 +658,8 @@ cudaError_t SortByIndex(void* temp, size_t temp_bytes, const int64_t* index,
 }
 
 cudaError_t SortKeys(void* temp, size_t temp_bytes, const SortKey* keys_in,
-                     SortKey* keys_out, const int32_t* val_in,
-                     int32_t* val_out, int64_t n, cudaStream_t stream) {
+                     SortKey* keys_out, const int32_t* val_in, int32_t* val_out,
+                     int64_t n, cudaStream_t stream) {
   if (n <= 0) return cudaSuccess;
   return cub::DeviceRadixSort::SortPairs(temp, temp_bytes, keys_in, keys_out,
                                          val_in, val_out, static_cast<int>(n),
@@ -693,9 +691,8 @@ cudaError_t LaunchTokenKeys(const double* keep, const uint8_t* protect,
 cudaError_t LaunchBlockKeys(const int64_t* sorted_index,
                             const int32_t* sorted_pos, const double* keep,
                             const uint8_t* protect, int64_t live,
-                            int32_t block_size, bool reduce_max,
-                            SortKey* keys, int32_t* vals,
-                            cudaStream_t stream) {
+                            int32_t block_size, bool reduce_max, SortKey* keys,
+                            int32_t* vals, cudaStream_t stream) {
   if (live <= 0) return cudaSuccess;
   BlockKeysKernel<<<GridFor(live, kThreads), kThreads, 0, stream>>>(
       sorted_index, sorted_pos, keep, protect, live, block_size, reduce_max,

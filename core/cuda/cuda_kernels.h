@@ -8,7 +8,8 @@
 // (zero items) enqueue nothing and return cudaSuccess.
 //
 // Layouts (docs/cuda.md):
-//  - keys: [plane = layer·kv_heads + kv_head][capacity][head_dim], element type;
+//  - keys: [plane = layer·kv_heads + kv_head][capacity][head_dim], element
+//  type;
 //  - per-entry state: one array per field, indexed by position 0..live-1;
 //  - z: [row = layer·q_heads + q_head][live], float;
 //  - sort keys: SortKey, ordered by (hi, lo) as unsigned integers.
@@ -50,11 +51,11 @@ struct SortKey {
 
 // Per-position entry state on the device.
 struct EntryState {
-  int64_t* index = nullptr;     // Append index.
-  uint8_t* pinned = nullptr;    // 1 when the engine pinned the entry.
-  double* key_norm = nullptr;   // Mean over planes of the key's L2 norm.
-  double* affinity = nullptr;   // Ω (seed) or its logit a (logit_ema).
-  double* h2o_acc = nullptr;    // H2O accumulated attention.
+  int64_t* index = nullptr;    // Append index.
+  uint8_t* pinned = nullptr;   // 1 when the engine pinned the entry.
+  double* key_norm = nullptr;  // Mean over planes of the key's L2 norm.
+  double* affinity = nullptr;  // Ω (seed) or its logit a (logit_ema).
+  double* h2o_acc = nullptr;   // H2O accumulated attention.
 };
 
 struct AppendArgs {
@@ -62,14 +63,14 @@ struct AppendArgs {
   const std::byte* staged;  // n × planes × head_dim elements, as sent.
   std::byte* keys;          // The key store.
   int64_t capacity;
-  int32_t planes;           // layers × kv_heads.
+  int32_t planes;  // layers × kv_heads.
   int32_t head_dim;
-  int64_t first_pos;        // Position of the first new entry.
-  int64_t n;                // New entries.
-  int64_t first_index;      // Append index of the first new entry.
-  const uint8_t* pinned;    // n flags on the device, or nullptr.
-  double affinity_init;     // 0.5 (seed) or 0 (logit_ema).
-  double* plane_norms;      // Scratch, n × planes doubles.
+  int64_t first_pos;      // Position of the first new entry.
+  int64_t n;              // New entries.
+  int64_t first_index;    // Append index of the first new entry.
+  const uint8_t* pinned;  // n flags on the device, or nullptr.
+  double affinity_init;   // 0.5 (seed) or 0 (logit_ema).
+  double* plane_norms;    // Scratch, n × planes doubles.
   EntryState state;
 };
 
@@ -84,7 +85,7 @@ struct ScoreArgs {
   int64_t capacity;
   int32_t layers;
   int32_t kv_heads;
-  int32_t group;       // q heads per kv head.
+  int32_t group;  // q heads per kv head.
   int32_t head_dim;
   int64_t live;
   const float* queries;  // [layer][q_head][head_dim], times 1/sqrt(head_dim).
@@ -118,8 +119,8 @@ cudaError_t SortByIndex(void* temp, size_t temp_bytes, const int64_t* index,
 
 // Sorts selection keys ascending with their int32 payload.
 cudaError_t SortKeys(void* temp, size_t temp_bytes, const SortKey* keys_in,
-                     SortKey* keys_out, const int32_t* val_in,
-                     int32_t* val_out, int64_t n, cudaStream_t stream);
+                     SortKey* keys_out, const int32_t* val_in, int32_t* val_out,
+                     int64_t n, cudaStream_t stream);
 
 // *out = the append index from which the h2o ranking keeps everything: the
 // ceil(recent_fraction·budget) newest live entries (step_common's
@@ -130,17 +131,17 @@ cudaError_t LaunchH2oRecentFrom(const int64_t* sorted_index, int64_t n,
 
 struct FinishArgs {
   int64_t live;
-  int64_t rows;             // 0 when no scores were computed this step.
-  const float* z;           // [row][live] when rows > 0.
-  const float* row_max;     // Per row, when attention is needed.
+  int64_t rows;          // 0 when no scores were computed this step.
+  const float* z;        // [row][live] when rows > 0.
+  const float* row_max;  // Per row, when attention is needed.
   const double* row_inv;
   bool need_mean;
   bool need_attention;
   double inv_rows;
   // Ranking and its parameters (docs/step-semantics.md sections 5 and 7).
   KernelRanking ranking;
-  bool seed_rule;           // Affinity update rule kSeed.
-  double beta_h;            // β·H.
+  bool seed_rule;  // Affinity update rule kSeed.
+  double beta_h;   // β·H.
   double lambda;
   int64_t streaming_sinks;
   uint64_t seed;
@@ -152,8 +153,8 @@ struct FinishArgs {
   int64_t next_index;
   EntryState state;
   // Outputs, per position.
-  double* mean_logit;       // Written when need_mean.
-  double* attention;        // Written when need_attention.
+  double* mean_logit;  // Written when need_mean.
+  double* attention;   // Written when need_attention.
   double* keep;
   uint8_t* protect;
 };
@@ -175,8 +176,8 @@ cudaError_t LaunchTokenKeys(const double* keep, const uint8_t* protect,
 cudaError_t LaunchBlockKeys(const int64_t* sorted_index,
                             const int32_t* sorted_pos, const double* keep,
                             const uint8_t* protect, int64_t live,
-                            int32_t block_size, bool reduce_max,
-                            SortKey* keys, int32_t* vals, cudaStream_t stream);
+                            int32_t block_size, bool reduce_max, SortKey* keys,
+                            int32_t* vals, cudaStream_t stream);
 
 // Writes the evicted positions: out[i] for i < count is the position of the
 // i-th smallest token candidate, or -1 past the last candidate.

@@ -4,6 +4,9 @@
 
 #if defined(__x86_64__)
 #include <immintrin.h>
+// GCC 12's _mm512_cvtph_ps passes _mm512_undefined_ps() through, which trips
+// -Wmaybe-uninitialized at every use; the value is fully overwritten.
+#pragma GCC diagnostic ignored "-Wmaybe-uninitialized"
 #endif
 
 namespace entrokv::internal {
@@ -40,9 +43,12 @@ void ScoreKeysScalar(const ScoreArgs& a) {
           a.keys + ((int64_t{l} * a.kv_heads + kv) * a.capacity) * d * esize;
       const int32_t h0 = kv * a.group;
       const float* q = a.queries + (int64_t{l} * a.kv_heads * a.group + h0) * d;
-      float* z = a.z + (int64_t{l} * a.kv_heads * a.group + h0) * a.z_stride;
+      float* z = a.z == nullptr ? nullptr
+                                : a.z + (int64_t{l} * a.kv_heads * a.group + h0) *
+                                            a.z_stride;
       for (int64_t p = 0; p < a.live; ++p) {
         const std::byte* k = base + p * d * esize;
+        float group_sum = 0.0f;
         for (int32_t g = 0; g < a.group; ++g) {
           float acc = 0.0f;
           for (int32_t j0 = 0; j0 < d; j0 += 1024) {
@@ -51,8 +57,10 @@ void ScoreKeysScalar(const ScoreArgs& a) {
             const float* qg = q + int64_t{g} * d + j0;
             for (int32_t j = 0; j < m; ++j) acc += qg[j] * key[j];
           }
-          z[int64_t{g} * a.z_stride + p] = acc;
+          if (a.z != nullptr) z[int64_t{g} * a.z_stride + p] = acc;
+          group_sum += acc;
         }
+        if (a.sum != nullptr) a.sum[p] += group_sum;
       }
     }
   }
@@ -98,7 +106,9 @@ __attribute__((target("avx2,fma,f16c"))) void ScoreKeysAvx2(
           a.keys + ((int64_t{l} * a.kv_heads + kv) * a.capacity) * d * esize;
       const int32_t h0 = kv * a.group;
       const float* q = a.queries + (int64_t{l} * a.kv_heads * a.group + h0) * d;
-      float* z = a.z + (int64_t{l} * a.kv_heads * a.group + h0) * a.z_stride;
+      float* z = a.z == nullptr ? nullptr
+                                : a.z + (int64_t{l} * a.kv_heads * a.group + h0) *
+                                            a.z_stride;
       for (int64_t p = 0; p < a.live; ++p) {
         const std::byte* k = base + p * d * esize;
         if (p + 2 < a.live) {
@@ -118,15 +128,98 @@ __attribute__((target("avx2,fma,f16c"))) void ScoreKeysAvx2(
             if (ng > 2) acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * d + j), kf, acc2);
             if (ng > 3) acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * d + j), kf, acc3);
           }
-          float* zg = z + int64_t{g0} * a.z_stride + p;
-          zg[0] = HorizontalSum(acc0);
-          if (ng > 1) zg[a.z_stride] = HorizontalSum(acc1);
-          if (ng > 2) zg[2 * a.z_stride] = HorizontalSum(acc2);
-          if (ng > 3) zg[3 * a.z_stride] = HorizontalSum(acc3);
+          if (z != nullptr) {
+            float* zg = z + int64_t{g0} * a.z_stride + p;
+            zg[0] = HorizontalSum(acc0);
+            if (ng > 1) zg[a.z_stride] = HorizontalSum(acc1);
+            if (ng > 2) zg[2 * a.z_stride] = HorizontalSum(acc2);
+            if (ng > 3) zg[3 * a.z_stride] = HorizontalSum(acc3);
+          }
+          if (a.sum != nullptr) {
+            // Unused accumulators are zero, so one sum covers the group.
+            a.sum[p] += HorizontalSum(_mm256_add_ps(_mm256_add_ps(acc0, acc1),
+                                                    _mm256_add_ps(acc2, acc3)));
+          }
         }
       }
     }
   }
+}
+
+#define ENTROKV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+
+ENTROKV_AVX512 inline __m512 Load16(ElementType type, const std::byte* p) {
+  switch (type) {
+    case ElementType::kF16:
+      return _mm512_cvtph_ps(
+          _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p)));
+    case ElementType::kBf16:
+      return _mm512_castsi512_ps(_mm512_slli_epi32(
+          _mm512_cvtepu16_epi32(
+              _mm256_loadu_si256(reinterpret_cast<const __m256i*>(p))),
+          16));
+    case ElementType::kF32:
+    default:
+      return _mm512_loadu_ps(reinterpret_cast<const float*>(p));
+  }
+}
+
+// REQUIRES: head_dim % 16 == 0.
+template <ElementType kType>
+ENTROKV_AVX512 void ScoreKeysAvx512(const ScoreArgs& a) {
+  constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
+  const int32_t d = a.head_dim;
+  for (int32_t l = 0; l < a.layers; ++l) {
+    for (int32_t kv = 0; kv < a.kv_heads; ++kv) {
+      const std::byte* base =
+          a.keys + ((int64_t{l} * a.kv_heads + kv) * a.capacity) * d * esize;
+      const int32_t h0 = kv * a.group;
+      const float* q = a.queries + (int64_t{l} * a.kv_heads * a.group + h0) * d;
+      float* z = a.z == nullptr ? nullptr
+                                : a.z + (int64_t{l} * a.kv_heads * a.group + h0) *
+                                            a.z_stride;
+      for (int64_t p = 0; p < a.live; ++p) {
+        const std::byte* k = base + p * d * esize;
+        if (p + 2 < a.live) {
+          _mm_prefetch(reinterpret_cast<const char*>(k + 2 * d * esize),
+                       _MM_HINT_T0);
+        }
+        for (int32_t g0 = 0; g0 < a.group; g0 += 4) {
+          const int32_t ng = a.group - g0 < 4 ? a.group - g0 : 4;
+          const float* q0 = q + int64_t{g0} * d;
+          __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+          __m512 acc2 = _mm512_setzero_ps(), acc3 = _mm512_setzero_ps();
+          for (int32_t j = 0; j < d; j += 16) {
+            const __m512 kf = Load16(kType, k + j * esize);
+            acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + j), kf, acc0);
+            if (ng > 1) acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d + j), kf, acc1);
+            if (ng > 2) acc2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * d + j), kf, acc2);
+            if (ng > 3) acc3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * d + j), kf, acc3);
+          }
+          if (z != nullptr) {
+            float* zg = z + int64_t{g0} * a.z_stride + p;
+            zg[0] = _mm512_reduce_add_ps(acc0);
+            if (ng > 1) zg[a.z_stride] = _mm512_reduce_add_ps(acc1);
+            if (ng > 2) zg[2 * a.z_stride] = _mm512_reduce_add_ps(acc2);
+            if (ng > 3) zg[3 * a.z_stride] = _mm512_reduce_add_ps(acc3);
+          }
+          if (a.sum != nullptr) {
+            a.sum[p] += _mm512_reduce_add_ps(_mm512_add_ps(
+                _mm512_add_ps(acc0, acc1), _mm512_add_ps(acc2, acc3)));
+          }
+        }
+      }
+    }
+  }
+}
+
+bool HaveAvx512() {
+  static const bool have = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") &&
+                           __builtin_cpu_supports("f16c") &&
+                           __builtin_cpu_supports("fma");
+  return have;
 }
 
 bool HaveAvx2() {
@@ -142,6 +235,16 @@ bool HaveAvx2() {
 
 void ScoreKeys(const ScoreArgs& args) {
 #if defined(__x86_64__)
+  if (HaveAvx512() && args.head_dim % 16 == 0) {
+    switch (args.type) {
+      case ElementType::kF32:
+        return ScoreKeysAvx512<ElementType::kF32>(args);
+      case ElementType::kF16:
+        return ScoreKeysAvx512<ElementType::kF16>(args);
+      case ElementType::kBf16:
+        return ScoreKeysAvx512<ElementType::kBf16>(args);
+    }
+  }
   if (HaveAvx2() && args.head_dim % 8 == 0) {
     switch (args.type) {
       case ElementType::kF32:
@@ -158,6 +261,7 @@ void ScoreKeys(const ScoreArgs& args) {
 
 const char* ScoreKernelName() {
 #if defined(__x86_64__)
+  if (HaveAvx512()) return "avx512";
   if (HaveAvx2()) return "avx2";
 #endif
   return "scalar";

@@ -25,14 +25,18 @@ struct ScoreArgs {
   int64_t live;      // Positions 0..live-1 are scored.
   // Queries [layer][q_head][head_dim], already multiplied by 1/sqrt(head_dim).
   const float* queries;
-  // Output z, [layer][q_head][z_stride]; z_stride >= live.
+  // Output z, [layer][q_head][z_stride] with z_stride >= live; may be null.
   float* z;
   int64_t z_stride;
+  // When not null: sum[p] += Σ over (layer, q head) of z for every position p
+  // (live doubles), without writing z.
+  double* sum = nullptr;
 };
 
 void ScoreKeys(const ScoreArgs& args);
 
-// The name of the kernel ScoreKeys dispatches to ("avx2" or "scalar").
+// The name of the kernel ScoreKeys dispatches to ("avx512", "avx2" or
+// "scalar").
 const char* ScoreKernelName();
 
 }  // namespace entrokv::internal

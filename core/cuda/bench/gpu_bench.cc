@@ -221,9 +221,9 @@ int Run(bool quick) {
     for (int32_t layers : layer_counts) {
       for (Ranking ranking : rankings) {
         const Shape shape = BenchShape(layers);
-        const Inputs inputs(shape, std::max<int64_t>(
-                                       1, (int64_t{64} << 20) /
-                                              (shape.key_elements() * 2)));
+        const Inputs inputs(
+            shape, std::max<int64_t>(
+                       1, (int64_t{64} << 20) / (shape.key_elements() * 2)));
         absl::StatusOr<std::unique_ptr<Driver>> driver =
             MakeDriver(**backend, shape, ranking, live, &inputs);
         if (!driver.ok()) {
@@ -265,8 +265,8 @@ int Run(bool quick) {
   const Inputs inputs(shape, kLive);
   std::vector<std::unique_ptr<Driver>> drivers;
   for (int i = 0; i < kSessions; ++i) {
-    absl::StatusOr<std::unique_ptr<Driver>> d = MakeDriver(
-        **backend, shape, Ranking::kTova, kLive, &inputs);
+    absl::StatusOr<std::unique_ptr<Driver>> d =
+        MakeDriver(**backend, shape, Ranking::kTova, kLive, &inputs);
     if (!d.ok()) {
       std::printf("\n256 sessions: skipped after %d sessions: %s\n", i,
                   d.status().ToString().c_str());
