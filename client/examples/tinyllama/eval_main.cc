@@ -421,6 +421,7 @@ absl::Status Main() {
         "set xlabel 'mean live entries per decode step'\n"
         "set ylabel 'perplexity (log scale)'\nset logscale y\n"
         "set key outside right\nset grid\n"
+        "set yrange [", Num(0.97 * full.ppl(), 3), ":*]\n"
         "plot ");
     int index = 0;
     for (const std::string& name : policy_names) {
