@@ -151,16 +151,17 @@ absl::Status FromProto(const v1::SessionConfig& proto, SessionConfig* out) {
     }
     if (proto.ranking() != v1::RANKING_UNSPECIFIED &&
         named.ranking != config.ranking) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.policy: \"", proto.policy(), "\" conflicts with config.ranking ",
-          std::string(RankingName(config.ranking))));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.policy: \"", proto.policy(),
+                       "\" conflicts with config.ranking ",
+                       std::string(RankingName(config.ranking))));
     }
     if (proto.budget_control() != v1::BUDGET_CONTROL_UNSPECIFIED &&
         named.budget_control != config.budget_control) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "config.policy: \"", proto.policy(),
-          "\" conflicts with config.budget_control ",
-          std::string(BudgetControlName(config.budget_control))));
+      return absl::InvalidArgumentError(
+          absl::StrCat("config.policy: \"", proto.policy(),
+                       "\" conflicts with config.budget_control ",
+                       std::string(BudgetControlName(config.budget_control))));
     }
     config.ranking = named.ranking;
     config.budget_control = named.budget_control;

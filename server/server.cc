@@ -40,7 +40,8 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError("listen: no address");
   }
   for (const std::string& address : options.listen) {
-    if (address.empty()) return absl::InvalidArgumentError("listen: empty address");
+    if (address.empty())
+      return absl::InvalidArgumentError("listen: empty address");
     if (!IsUnixAddress(address) && address.rfind(':') == std::string::npos) {
       return absl::InvalidArgumentError(absl::StrCat(
           "listen: \"", address, "\" is neither host:port nor unix:PATH"));
@@ -119,8 +120,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   // Notice dead clients, so that their sessions become attachable again.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS,
-                             5000);
+  builder.AddChannelArgument(
+      GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
@@ -132,9 +133,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   builder.RegisterService(server->service_.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr) {
-    return absl::UnavailableError(
-        absl::StrCat("listen: could not listen on ",
-                     absl::StrJoin(options.listen, ", ")));
+    return absl::UnavailableError(absl::StrCat(
+        "listen: could not listen on ", absl::StrJoin(options.listen, ", ")));
   }
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const std::string& address = options.listen[i];

@@ -36,11 +36,11 @@ namespace entrokv::server {
 
 struct ServerOptions {
   std::vector<std::string> listen = {"127.0.0.1:50051"};
-  int64_t max_sessions = 4096;         // 0: unlimited.
-  int64_t max_live_entries = 1 << 20;  // Per session; 0: unlimited.
-  int64_t max_bytes = int64_t{8} << 30;      // CPU bytes held; 0: unlimited.
-  int64_t max_gpu_bytes = 0;                 // GPU bytes held; 0: unlimited.
-  int64_t max_message_bytes = 64 << 20;      // Each way.
+  int64_t max_sessions = 4096;           // 0: unlimited.
+  int64_t max_live_entries = 1 << 20;    // Per session; 0: unlimited.
+  int64_t max_bytes = int64_t{8} << 30;  // CPU bytes held; 0: unlimited.
+  int64_t max_gpu_bytes = 0;             // GPU bytes held; 0: unlimited.
+  int64_t max_message_bytes = 64 << 20;  // Each way.
   absl::Duration idle_timeout = absl::Minutes(5);
   // How often the reaper looks; zero: min(idle_timeout / 4, 1 s).
   absl::Duration reap_interval = absl::ZeroDuration();

@@ -168,8 +168,8 @@ class DecodeReactor final
     StepInput input;
     input.step = step.step();
     const v1::Append& append = step.append();
-    input.append.slot_ids = absl::MakeConstSpan(append.slot_ids().data(),
-                                                append.slot_ids_size());
+    input.append.slot_ids =
+        absl::MakeConstSpan(append.slot_ids().data(), append.slot_ids_size());
     input.append.pinned = absl::MakeConstSpan(
         reinterpret_cast<const uint8_t*>(append.pinned().data()),
         append.pinned_size());
@@ -343,8 +343,8 @@ EntroKvService::Decode(grpc::CallbackServerContext* context) {
   return new DecodeReactor(registry_, context->peer());
 }
 
-grpc::ServerBidiReactor<v1::EchoMessage, v1::EchoMessage>*
-EntroKvService::Echo(grpc::CallbackServerContext* context) {
+grpc::ServerBidiReactor<v1::EchoMessage, v1::EchoMessage>* EntroKvService::Echo(
+    grpc::CallbackServerContext* context) {
   return new EchoReactor(limits_.max_message_bytes);
 }
 

@@ -45,9 +45,10 @@ class EntroKvService final : public v1::EntroKv::CallbackService {
       grpc::CallbackServerContext* context,
       const v1::CloseSessionRequest* request,
       v1::CloseSessionResponse* response) override;
-  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
-                                       const v1::GetSessionRequest* request,
-                                       v1::GetSessionResponse* response) override;
+  grpc::ServerUnaryReactor* GetSession(
+      grpc::CallbackServerContext* context,
+      const v1::GetSessionRequest* request,
+      v1::GetSessionResponse* response) override;
   grpc::ServerUnaryReactor* ListSessions(
       grpc::CallbackServerContext* context,
       const v1::ListSessionsRequest* request,

@@ -117,8 +117,8 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
     if (options_.max_sessions > 0 &&
         static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
       return absl::ResourceExhaustedError(
-          absl::StrCat("sessions: the server's limit of ", options_.max_sessions,
-                       " open sessions is reached"));
+          absl::StrCat("sessions: the server's limit of ",
+                       options_.max_sessions, " open sessions is reached"));
     }
     if (!requested_id.empty() && sessions_.contains(requested_id)) {
       return absl::AlreadyExistsError(
@@ -154,14 +154,14 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
     return absl::AlreadyExistsError(
         absl::StrCat("session_id: ", id, " is already in use"));
   }
-  auto entry = std::make_shared<SessionEntry>(id, *std::move(state),
-                                              backend->kind());
+  auto entry =
+      std::make_shared<SessionEntry>(id, *std::move(state), backend->kind());
   entry->PublishStats();
   const absl::Time now = absl::Now();
   entry->detached_at_ = now;
   sessions_.emplace(id, entry);
-  spdlog::info("session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}",
-               id, PolicyName(entry->config()), entry->config().budget,
+  spdlog::info("session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}", id,
+               PolicyName(entry->config()), entry->config().budget,
                config.shape.layers, config.shape.q_heads, config.shape.kv_heads,
                config.shape.head_dim,
                ElementTypeName(config.shape.element_type),
@@ -196,7 +196,8 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Get(
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("session_id: no open session ", id));
+    return absl::NotFoundError(
+        absl::StrCat("session_id: no open session ", id));
   }
   return SnapshotLocked(*it->second, absl::Now());
 }
@@ -223,7 +224,8 @@ absl::StatusOr<std::shared_ptr<SessionEntry>> SessionRegistry::Attach(
   absl::MutexLock lock(&mu_);
   auto it = sessions_.find(id);
   if (it == sessions_.end()) {
-    return absl::NotFoundError(absl::StrCat("session_id: no open session ", id));
+    return absl::NotFoundError(
+        absl::StrCat("session_id: no open session ", id));
   }
   SessionEntry& entry = *it->second;
   if (entry.owner_ != nullptr && entry.owner_ != owner) {

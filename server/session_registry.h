@@ -140,8 +140,9 @@ class SessionRegistry {
   int64_t gpu_bytes_held() const { return gpu_ ? gpu_->bytes_held() : 0; }
 
  private:
-  SessionSnapshot SnapshotLocked(const SessionEntry& entry, absl::Time now)
-      const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  SessionSnapshot SnapshotLocked(const SessionEntry& entry,
+                                 absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
   Backend* const cpu_;

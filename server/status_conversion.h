@@ -8,7 +8,6 @@
 #ifndef ENTROKV_SERVER_STATUS_CONVERSION_H_
 #define ENTROKV_SERVER_STATUS_CONVERSION_H_
 
-
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include "entrokv/v1/entrokv.pb.h"

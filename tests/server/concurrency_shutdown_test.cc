@@ -33,7 +33,8 @@ using ::testing::HasSubstr;
 
 SessionConfig ConfigForSession(int s) {
   SessionConfig config;
-  config.shape = SmallShape(s % 2 == 0 ? ElementType::kF16 : ElementType::kBf16);
+  config.shape =
+      SmallShape(s % 2 == 0 ? ElementType::kF16 : ElementType::kBf16);
   config.budget = 8 + s % 5;
   config.ranking = kAllRankings[s % std::size(kAllRankings)];
   config.budget_control = kAllBudgetControls[(s / 7) % 2];
@@ -114,7 +115,8 @@ TEST_F(ConcurrencyTest, SixtyFourSessionsWithoutCrossTalk) {
   EXPECT_EQ(failures.load(), 0);
   EXPECT_EQ(mismatches.load(), 0);
   EXPECT_GT(evictions.load(), 0);
-  ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse list, ListSessions(stub_.get()));
+  ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse list,
+                       ListSessions(stub_.get()));
   EXPECT_EQ(list.sessions_size(), kSessions);
   for (const v1::SessionInfo& info : list.sessions()) {
     EXPECT_EQ(info.stats().steps(), kSteps);

@@ -89,11 +89,10 @@ INSTANTIATE_TEST_SUITE_P(
     EveryPolicy, DecodeEquivalenceTest,
     ::testing::Combine(::testing::ValuesIn(kAllRankings),
                        ::testing::ValuesIn(kAllBudgetControls)),
-    [](const ::testing::TestParamInfo<DecodeEquivalenceTest::ParamType>&
-           info) {
-      return absl::StrCat(std::string(RankingName(std::get<0>(info.param))),
-                          "_",
-                          std::string(BudgetControlName(std::get<1>(info.param))));
+    [](const ::testing::TestParamInfo<DecodeEquivalenceTest::ParamType>& info) {
+      return absl::StrCat(
+          std::string(RankingName(std::get<0>(info.param))), "_",
+          std::string(BudgetControlName(std::get<1>(info.param))));
     });
 
 class DecodeEquivalenceVariantsTest : public DecodeEquivalenceTest {};
@@ -127,6 +126,50 @@ TEST_F(DecodeEquivalenceVariantsTest, F32WithH2oAndTightEntropyBounds) {
   config.placement = Placement::kCpu;
   ExpectSameDecisions(config, /*steps=*/100, /*pin_every=*/0,
                       /*logits_every=*/3);
+}
+
+// On a server with a CUDA device, a gpu session answers as core's CPU
+// backend does (the backend contract); skipped where there is no device.
+TEST_F(DecodeEquivalenceVariantsTest, GpuPlacementMatchesCpuDecisions) {
+  ServerOptions options = TestServerOptions();
+  options.use_gpu = true;
+  StartServer(options);
+  ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse list,
+                       ListSessions(stub_.get()));
+  if (!list.server().gpu_available()) {
+    GTEST_SKIP() << "no CUDA device on this machine";
+  }
+  for (const Ranking ranking : {Ranking::kAffinity, Ranking::kH2o}) {
+    SessionConfig config;
+    config.shape = SmallShape(ElementType::kF16);
+    config.budget = 32;
+    config.ranking = ranking;
+    config.budget_control = BudgetControl::kEntropy;
+    config.placement = Placement::kGpu;
+    // The reference is core's CPU backend: the same config, placed on CPU.
+    SessionConfig cpu_config = config;
+    cpu_config.placement = Placement::kCpu;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<Backend> backend,
+                         CreateBackend(BackendKind::kCpu));
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<SessionState> reference,
+                         backend->CreateSession(cpu_config, SessionLimits{}));
+    ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse created,
+                         CreateSession(stub_.get(), ToWireConfig(config)));
+    EXPECT_EQ(created.session().stats().placement(), v1::PLACEMENT_GPU);
+    DecodeStream stream(stub_.get());
+    ASSERT_OK(stream.Attach(created.session_id()));
+    WireStepSource source(config.shape, 23, created.session_id(), 16);
+    for (int t = 0; t < 100; ++t) {
+      const v1::SessionStep step = source.Next();
+      CoreStep core_step = ToCoreStep(step);
+      StepResult expected;
+      ASSERT_OK(reference->Step(core_step.input, &expected));
+      ASSERT_OK_AND_ASSIGN(v1::SessionStepResult got, stream.Step(step));
+      ASSERT_THAT(got.evicted(), ElementsAreArray(expected.evicted))
+          << "step " << t;
+      ASSERT_EQ(got.budget(), expected.budget);
+    }
+  }
 }
 
 }  // namespace

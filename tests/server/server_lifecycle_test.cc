@@ -46,7 +46,8 @@ SessionConfig EntropyConfig(int64_t budget) {
 
 // Polls `condition` for up to `timeout`.
 template <typename Condition>
-bool Eventually(Condition condition, absl::Duration timeout = absl::Seconds(5)) {
+bool Eventually(Condition condition,
+                absl::Duration timeout = absl::Seconds(5)) {
   const absl::Time deadline = absl::Now() + timeout;
   while (absl::Now() < deadline) {
     if (condition()) return true;
@@ -59,8 +60,9 @@ class SessionLifecycleTest : public ServerTest {};
 
 TEST_F(SessionLifecycleTest, CreateStepInspectListAndClose) {
   StartServer();
-  ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse created,
-                       CreateSession(stub_.get(), ToWireConfig(WindowConfig(5))));
+  ASSERT_OK_AND_ASSIGN(
+      v1::CreateSessionResponse created,
+      CreateSession(stub_.get(), ToWireConfig(WindowConfig(5))));
   const std::string id = created.session_id();
   EXPECT_FALSE(id.empty());
   EXPECT_EQ(created.session().config().budget(), 5);
@@ -76,7 +78,8 @@ TEST_F(SessionLifecycleTest, CreateStepInspectListAndClose) {
   ASSERT_OK_AND_ASSIGN(v1::SessionStepResult first, stream.Step(source.Next()));
   EXPECT_EQ(first.live(), 4);
   EXPECT_TRUE(first.evicted().empty());
-  ASSERT_OK_AND_ASSIGN(v1::SessionStepResult second, stream.Step(source.Next()));
+  ASSERT_OK_AND_ASSIGN(v1::SessionStepResult second,
+                       stream.Step(source.Next()));
   EXPECT_EQ(second.live(), 5);
   EXPECT_TRUE(second.evicted().empty());
   for (uint64_t oldest = 1; oldest <= 3; ++oldest) {
@@ -101,7 +104,8 @@ TEST_F(SessionLifecycleTest, CreateStepInspectListAndClose) {
   // docs/step-semantics.md §9: live · (key bytes + 40).
   EXPECT_EQ(info.stats().bytes_held(), 5 * (2 * 2 * 16 * 2 + 40));
 
-  ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse list, ListSessions(stub_.get()));
+  ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse list,
+                       ListSessions(stub_.get()));
   ASSERT_EQ(list.sessions_size(), 1);
   EXPECT_EQ(list.sessions(0).session_id(), id);
   EXPECT_EQ(list.server().sessions(), 1);
@@ -168,8 +172,9 @@ TEST_F(SessionLifecycleTest, ClientChosenIdAndGpuFallback) {
 
 TEST_F(SessionLifecycleTest, SecondStreamCannotAttachAnOwnedSession) {
   StartServer();
-  ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse created,
-                       CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
+  ASSERT_OK_AND_ASSIGN(
+      v1::CreateSessionResponse created,
+      CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
   const std::string id = created.session_id();
   DecodeStream owner(stub_.get());
   ASSERT_OK(owner.Attach(id));
@@ -230,10 +235,12 @@ TEST_F(SessionLifecycleTest, BrokenStreamLeavesSessionResumable) {
   EXPECT_EQ(info.stats().steps(), 60);
 }
 
-TEST_F(SessionLifecycleTest, BrokenStreamOnItsOwnChannelLeavesSessionResumable) {
+TEST_F(SessionLifecycleTest,
+       BrokenStreamOnItsOwnChannelLeavesSessionResumable) {
   StartServer();
-  ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse created,
-                       CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
+  ASSERT_OK_AND_ASSIGN(
+      v1::CreateSessionResponse created,
+      CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
   const std::string id = created.session_id();
   WireStepSource source(SmallShape(), 5, id);
   {
@@ -256,10 +263,12 @@ TEST_F(SessionLifecycleTest, IdleDetachedSessionsAreReclaimed) {
   options.idle_timeout = absl::Milliseconds(300);
   options.reap_interval = absl::Milliseconds(20);
   StartServer(options);
-  ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse idle,
-                       CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
-  ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse held,
-                       CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
+  ASSERT_OK_AND_ASSIGN(
+      v1::CreateSessionResponse idle,
+      CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
+  ASSERT_OK_AND_ASSIGN(
+      v1::CreateSessionResponse held,
+      CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
   DecodeStream stream(stub_.get());
   ASSERT_OK(stream.Attach(held.session_id()));
   // Not yet: well inside the timeout.
@@ -278,21 +287,24 @@ TEST_F(SessionLifecycleTest, IdleDetachedSessionsAreReclaimed) {
     return absl::IsNotFound(
         GetSession(stub_.get(), held.session_id()).status());
   }));
-  ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse list, ListSessions(stub_.get()));
+  ASSERT_OK_AND_ASSIGN(v1::ListSessionsResponse list,
+                       ListSessions(stub_.get()));
   EXPECT_EQ(list.server().bytes_held(), 0);
 }
 
 TEST_F(SessionLifecycleTest, ClosedWhileAttachedAnswersNotFound) {
   StartServer();
-  ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse created,
-                       CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
+  ASSERT_OK_AND_ASSIGN(
+      v1::CreateSessionResponse created,
+      CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
   const std::string id = created.session_id();
   DecodeStream stream(stub_.get());
   ASSERT_OK(stream.Attach(id));
   WireStepSource source(SmallShape(), 5, id);
   ASSERT_OK(stream.Step(source.Next()));
   ASSERT_OK(CloseSession(stub_.get(), id));
-  const absl::StatusOr<v1::SessionStepResult> result = stream.Step(source.Next());
+  const absl::StatusOr<v1::SessionStepResult> result =
+      stream.Step(source.Next());
   EXPECT_STATUS_CODE(result, absl::StatusCode::kNotFound);
   EXPECT_THAT(result.status().message(), HasSubstr("steps[0].session_id"));
   // The stream itself is fine.
@@ -318,8 +330,8 @@ TEST_F(SessionLifecycleTest, BatchOfSessionsInOneMessage) {
     ASSERT_OK_AND_ASSIGN(auto reference,
                          backend->CreateSession(config, SessionLimits{}));
     references.push_back(std::move(reference));
-    sources.push_back(std::make_unique<WireStepSource>(config.shape, 100 + s,
-                                                       ids.back()));
+    sources.push_back(
+        std::make_unique<WireStepSource>(config.shape, 100 + s, ids.back()));
     attach.add_attach(ids.back());
   }
   DecodeStream stream(stub_.get());
@@ -344,7 +356,8 @@ TEST_F(SessionLifecycleTest, BatchOfSessionsInOneMessage) {
     const int bad = t % kSessions;
     const v1::SessionStep good_copy = request.steps(bad);
     if (corrupt) request.mutable_steps(bad)->mutable_queries()->pop_back();
-    ASSERT_OK_AND_ASSIGN(v1::DecodeResponse response, stream.RoundTrip(request));
+    ASSERT_OK_AND_ASSIGN(v1::DecodeResponse response,
+                         stream.RoundTrip(request));
     ASSERT_EQ(response.results_size(), kSessions);
     for (int s = 0; s < kSessions; ++s) {
       v1::SessionStepResult got = response.results(s);

@@ -119,8 +119,8 @@ class DecodeStream {
   }
 
   grpc::ClientContext context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::DecodeRequest,
-                                           v1::DecodeResponse>>
+  std::unique_ptr<
+      grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>>
       stream_;
   bool finished_ = false;
   absl::Status final_status_;
@@ -217,8 +217,8 @@ inline CoreStep ToCoreStep(const v1::SessionStep& step) {
 class WireStepSource {
  public:
   WireStepSource(const Shape& shape, uint64_t seed, std::string session_id,
-                 int prefill = 8, uint64_t first_slot = 1000,
-                 int pin_every = 0, int logits_every = 0)
+                 int prefill = 8, uint64_t first_slot = 1000, int pin_every = 0,
+                 int logits_every = 0)
       : shape_(shape),
         stream_(MakeParams(shape, seed)),
         session_id_(std::move(session_id)),
@@ -239,7 +239,8 @@ class WireStepSource {
       stream_.Next(&synthetic_);
       keys.insert(keys.end(), synthetic_.key.begin(), synthetic_.key.end());
       step.mutable_append()->add_slot_ids(next_slot_);
-      const bool pin = pin_every_ > 0 && appended_ % pin_every_ == pin_every_ - 1;
+      const bool pin =
+          pin_every_ > 0 && appended_ % pin_every_ == pin_every_ - 1;
       pinned.push_back(pin);
       any_pinned |= pin;
       ++next_slot_;
@@ -347,24 +348,26 @@ inline v1::SessionConfig ToWireConfig(const SessionConfig& config) {
   *out.mutable_shape() = ToProtoShape(config.shape);
   out.set_budget(config.budget);
   constexpr v1::Ranking kRankings[] = {
-      v1::RANKING_WINDOW, v1::RANKING_STREAMING, v1::RANKING_H2O,
-      v1::RANKING_TOVA,   v1::RANKING_KEYNORM,   v1::RANKING_RANDOM,
+      v1::RANKING_WINDOW,  v1::RANKING_STREAMING, v1::RANKING_H2O,
+      v1::RANKING_TOVA,    v1::RANKING_KEYNORM,   v1::RANKING_RANDOM,
       v1::RANKING_AFFINITY};
   out.set_ranking(kRankings[static_cast<int>(config.ranking)]);
   out.set_budget_control(config.budget_control == BudgetControl::kFixed
                              ? v1::BUDGET_CONTROL_FIXED
                              : v1::BUDGET_CONTROL_ENTROPY);
-  out.mutable_affinity()->set_update(
-      config.affinity.update == AffinityUpdate::kSeed
-          ? v1::AFFINITY_UPDATE_SEED
-          : v1::AFFINITY_UPDATE_LOGIT_EMA);
+  out.mutable_affinity()->set_update(config.affinity.update ==
+                                             AffinityUpdate::kSeed
+                                         ? v1::AFFINITY_UPDATE_SEED
+                                         : v1::AFFINITY_UPDATE_LOGIT_EMA);
   out.mutable_affinity()->set_beta(config.affinity.beta);
   out.mutable_affinity()->set_lambda(config.affinity.lambda);
   out.mutable_entropy_budget()->set_gamma(config.entropy_budget.gamma);
   out.mutable_entropy_budget()->set_ema_rate(config.entropy_budget.ema_rate);
   out.mutable_entropy_budget()->set_epsilon(config.entropy_budget.epsilon);
-  out.mutable_entropy_budget()->set_min_budget(config.entropy_budget.min_budget);
-  out.mutable_entropy_budget()->set_max_budget(config.entropy_budget.max_budget);
+  out.mutable_entropy_budget()->set_min_budget(
+      config.entropy_budget.min_budget);
+  out.mutable_entropy_budget()->set_max_budget(
+      config.entropy_budget.max_budget);
   out.mutable_h2o()->set_recent_fraction(config.h2o.recent_fraction);
   out.set_streaming_sinks(config.streaming_sinks);
   out.set_seed(config.seed);
