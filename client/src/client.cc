@@ -56,8 +56,13 @@ class ClientImpl final : public Client {
     SessionConfig effective = response.session().has_config()
                                   ? ConfigFromProto(response.session().config())
                                   : config;
-    return Open(response.session_id(), effective, options, options.first_step,
-                {});
+    absl::StatusOr<std::unique_ptr<Session>> session =
+        Open(response.session_id(), effective, options, options.first_step, {});
+    if (!session.ok()) {
+      // Do not leave an unreachable session behind until the idle timeout.
+      (void)CloseSession(response.session_id());
+    }
+    return session;
   }
 
   absl::StatusOr<std::unique_ptr<Session>> Attach(
