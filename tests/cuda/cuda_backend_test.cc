@@ -120,8 +120,7 @@ void RunSideBySide(const SessionConfig& config, uint64_t seed, int steps,
   uint64_t slot = 1;
   *evictions = 0;
   for (int t = 0; t < steps; ++t) {
-    const int appends =
-        t == 0 ? 40 : (t % 23 == 0 ? 0 : (t % 13 == 0 ? 5 : 1));
+    const int appends = t == 0 ? 40 : (t % 23 == 0 ? 0 : (t % 13 == 0 ? 5 : 1));
     StepBuilder builder(config.shape);
     for (int i = 0; i < appends; ++i, ++slot) {
       stream.Next(&step);
@@ -259,7 +258,8 @@ TEST(CudaBackendTest, TheByteLimitIsSharedBySessionsAndIsResourceExhausted) {
   SKIP_WITHOUT_DEVICE();
   BackendOptions options;
   options.max_bytes = 10 * kLimitEntryBytes;
-  ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend(BackendKind::kCuda, options));
+  ASSERT_OK_AND_ASSIGN(auto backend,
+                       CreateBackend(BackendKind::kCuda, options));
   ASSERT_OK_AND_ASSIGN(auto a, backend->CreateSession(LimitConfig(), {}));
   ASSERT_OK_AND_ASSIGN(auto b, backend->CreateSession(LimitConfig(), {}));
   StepResult result;
