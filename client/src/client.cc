@@ -29,9 +29,12 @@ class ClientImpl final : public Client {
              std::shared_ptr<v1::EntroKv::Stub> stub)
       : options_(options),
         stub_(std::move(stub)),
-        watchdog_(std::make_shared<client_internal::DeadlineWatchdog>()) {}
+        watchdog_(std::make_shared<client_internal::DeadlineWatchdog>()),
+        totals_(std::make_shared<client_internal::CounterTotals>()) {}
 
   const ClientOptions& options() const override { return options_; }
+
+  SessionCounters counters() const override { return totals_->Snapshot(); }
 
   absl::StatusOr<std::unique_ptr<Session>> CreateSession(
       const SessionConfig& config, const SessionOptions& options,
@@ -49,7 +52,7 @@ class ClientImpl final : public Client {
     if (!status.ok()) {
       if (IsUnreachable(status) && options.offline_when_unavailable) {
         return std::make_unique<Session>(
-            std::make_unique<Session::Impl>(config, options, status));
+            std::make_unique<Session::Impl>(totals_, config, options, status));
       }
       return status;
     }
@@ -155,7 +158,7 @@ class ClientImpl final : public Client {
     absl::Status attached = FromProto(response->attach_results(0).status());
     if (!attached.ok()) return attached;
     auto impl = std::make_unique<Session::Impl>(
-        stub_, watchdog_, options_.rpc_deadline, id, config, options,
+        stub_, watchdog_, totals_, options_.rpc_deadline, id, config, options,
         first_step, std::move(stream));
     impl->SeedLive(live);
     return std::make_unique<Session>(std::move(impl));
@@ -164,6 +167,7 @@ class ClientImpl final : public Client {
   ClientOptions options_;
   std::shared_ptr<v1::EntroKv::Stub> stub_;
   std::shared_ptr<client_internal::DeadlineWatchdog> watchdog_;
+  std::shared_ptr<client_internal::CounterTotals> totals_;
 };
 
 }  // namespace

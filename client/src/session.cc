@@ -25,12 +25,14 @@ StreamingRule RuleFor(const SessionConfig& config) {
 
 Session::Impl::Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
                     std::shared_ptr<client_internal::DeadlineWatchdog> watchdog,
+                    std::shared_ptr<client_internal::CounterTotals> totals,
                     absl::Duration rpc_deadline, std::string id,
                     const SessionConfig& config, const SessionOptions& options,
                     uint64_t first_step,
                     std::unique_ptr<client_internal::DecodeStream> stream)
     : stub_(std::move(stub)),
       watchdog_(std::move(watchdog)),
+      totals_(std::move(totals)),
       rpc_deadline_(rpc_deadline),
       id_(std::move(id)),
       config_(config),
@@ -39,9 +41,11 @@ Session::Impl::Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
       stream_(std::move(stream)),
       next_step_(first_step) {}
 
-Session::Impl::Impl(const SessionConfig& config, const SessionOptions& options,
+Session::Impl::Impl(std::shared_ptr<client_internal::CounterTotals> totals,
+                    const SessionConfig& config, const SessionOptions& options,
                     absl::Status why)
-    : config_(config),
+    : totals_(std::move(totals)),
+      config_(config),
       options_(options),
       rule_(RuleFor(config)),
       next_step_(options.first_step),
@@ -92,6 +96,20 @@ absl::Status Session::Impl::Validate(const StepRequest& request,
 }
 
 absl::Status Session::Impl::StepAsync(const StepRequest& request) {
+  const SessionCounters before = counters_;
+  absl::Status status = StepAsyncImpl(request);
+  totals_->AddDelta(before, counters_);
+  return status;
+}
+
+absl::StatusOr<StepOutcome> Session::Impl::Collect() {
+  const SessionCounters before = counters_;
+  absl::StatusOr<StepOutcome> outcome = CollectImpl();
+  totals_->AddDelta(before, counters_);
+  return outcome;
+}
+
+absl::Status Session::Impl::StepAsyncImpl(const StepRequest& request) {
   if (closed_) {
     return absl::FailedPreconditionError("entrokv: the session is closed");
   }
@@ -177,7 +195,7 @@ StepOutcome Session::Impl::Fallback(const Pending& pending, Cause cause) {
   return outcome;
 }
 
-absl::StatusOr<StepOutcome> Session::Impl::Collect() {
+absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
   if (in_flight_.empty()) {
     return absl::FailedPreconditionError("entrokv: no step in flight");
   }

@@ -15,6 +15,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "counter_totals.h"
 #include "decode_stream.h"
 #include "entrokv/client/live_set.h"
 #include "entrokv/client/session.h"
@@ -27,14 +28,17 @@ class Session::Impl {
  public:
   // An online session: `stream` is attached to `id` already.
   // `stub` is shared with the Client (it keeps the channel alive).
-  // `watchdog` serves `stream` and is kept alive as long as it.
+  // `watchdog` serves `stream` and is kept alive as long as it; `totals`
+  // receives every change of this session's counters.
   Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
        std::shared_ptr<client_internal::DeadlineWatchdog> watchdog,
+       std::shared_ptr<client_internal::CounterTotals> totals,
        absl::Duration rpc_deadline, std::string id, const SessionConfig& config,
        const SessionOptions& options, uint64_t first_step,
        std::unique_ptr<client_internal::DecodeStream> stream);
   // An offline session: every step is decided locally; `why` says why.
-  Impl(const SessionConfig& config, const SessionOptions& options,
+  Impl(std::shared_ptr<client_internal::CounterTotals> totals,
+       const SessionConfig& config, const SessionOptions& options,
        absl::Status why);
 
   // Seeds the live set (Attach).
@@ -49,11 +53,15 @@ class Session::Impl {
   const SessionCounters& counters() const { return counters_; }
   std::vector<uint64_t> LiveSlots() const { return live_.Slots(); }
 
+  // Both add their counter changes to the Client's totals.
   absl::Status StepAsync(const StepRequest& request);
   absl::StatusOr<StepOutcome> Collect();
   absl::Status Close();
 
  private:
+  absl::Status StepAsyncImpl(const StepRequest& request);
+  absl::StatusOr<StepOutcome> CollectImpl();
+
   enum class Cause { kDeadline, kUnavailable, kDegraded };
   struct Pending {
     uint64_t step;
@@ -70,6 +78,7 @@ class Session::Impl {
 
   std::shared_ptr<v1::EntroKv::Stub> stub_;  // Null when offline.
   std::shared_ptr<client_internal::DeadlineWatchdog> watchdog_;
+  std::shared_ptr<client_internal::CounterTotals> totals_;
   absl::Duration rpc_deadline_;
   std::string id_;
   SessionConfig config_;

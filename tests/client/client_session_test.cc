@@ -429,6 +429,13 @@ TEST(OfflineSessionTest,
   EXPECT_EQ(counters.evicted_by_fallback, 12);
   EXPECT_EQ(counters.server_steps, 0);
   EXPECT_OK(session->Close());
+  // The client sums its sessions' counters; a second session adds to them.
+  ASSERT_OK_AND_ASSIGN(auto second, client->CreateSession(config));
+  ASSERT_OK(second->Step(story[0].Request()));
+  const SessionCounters totals = client->counters();
+  EXPECT_EQ(totals.steps, 21);
+  EXPECT_EQ(totals.fallback_unavailable, 21);
+  EXPECT_EQ(totals.evicted_by_fallback, 12);
 
   SessionOptions strict;
   strict.offline_when_unavailable = false;

@@ -68,6 +68,12 @@ class Client {
 
   virtual const ClientOptions& options() const = 0;
 
+  // The sum of the counters of every session this client created or
+  // attached, closed and destroyed ones included: one set of metrics for the
+  // engine to export (a non-zero fallback_steps means the sidecar is down or
+  // too slow for the step deadline).
+  virtual SessionCounters counters() const = 0;
+
   // Creates a server session (`session_id` empty: the server names it) and
   // attaches a Decode stream to it. With options.offline_when_unavailable,
   // an unreachable server yields an offline Session (empty id, degraded()
