@@ -111,6 +111,7 @@ class CpuSession final : public SessionState {
   // Scratch reused across steps.
   DecodedStep decoded_;
   std::vector<float> scaled_queries_;
+  std::vector<float> summed_queries_;
   std::vector<float> z_;
   std::vector<double> mean_logit_;
   std::vector<double> attention_;
@@ -186,24 +187,43 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
     scaled_queries_[i] = step.queries[i] * scale;
   }
   const double inv_rows = 1.0 / static_cast<double>(rows);
-  // z is materialised only for the softmax; the mean logit alone is summed
-  // in the kernel, which saves writing and re-reading rows · live floats.
-  if (need_attention) z_.resize(static_cast<size_t>(rows * n));
-  mean_logit_.assign(static_cast<size_t>(n), 0.0);
-  ScoreKeys({.type = s.element_type,
-             .keys = keys_.get(),
-             .capacity = capacity_,
-             .layers = s.layers,
-             .kv_heads = s.kv_heads,
-             .group = s.group_size(),
-             .head_dim = s.head_dim,
-             .live = n,
-             .queries = scaled_queries_.data(),
-             .z = need_attention ? z_.data() : nullptr,
-             .z_stride = n,
-             .sum = need_mean ? mean_logit_.data() : nullptr});
+  ScoreArgs args{.type = s.element_type,
+                 .keys = keys_.get(),
+                 .capacity = capacity_,
+                 .layers = s.layers,
+                 .kv_heads = s.kv_heads,
+                 .group = s.group_size(),
+                 .head_dim = s.head_dim,
+                 .live = n,
+                 .queries = scaled_queries_.data(),
+                 .z = nullptr,
+                 .z_stride = n};
   if (need_mean) {
+    // s_i needs only Σ_g q_g·k = (Σ_g q_g)·k over each GQA group: one dot
+    // product per key and kv head instead of one per q head, and no z.
+    const int32_t group = s.group_size();
+    const int64_t d = s.head_dim;
+    summed_queries_.assign(static_cast<size_t>(int64_t{s.layers} * s.kv_heads * d),
+                           0.0f);
+    for (int64_t lk = 0; lk < int64_t{s.layers} * s.kv_heads; ++lk) {
+      for (int32_t g = 0; g < group; ++g) {
+        const float* q = scaled_queries_.data() + (lk * group + g) * d;
+        for (int64_t j = 0; j < d; ++j) summed_queries_[lk * d + j] += q[j];
+      }
+    }
+    mean_logit_.assign(static_cast<size_t>(n), 0.0);
+    ScoreArgs summed = args;
+    summed.group = 1;
+    summed.queries = summed_queries_.data();
+    summed.sum = mean_logit_.data();
+    ScoreKeys(summed);
     for (double& v : mean_logit_) v *= inv_rows;
+  }
+  if (need_attention) {
+    // The softmax needs every z[l,h,i].
+    z_.resize(static_cast<size_t>(rows * n));
+    args.z = z_.data();
+    ScoreKeys(args);
   }
   if (need_attention) {
     attention_.assign(static_cast<size_t>(n), 0.0);

@@ -146,6 +146,44 @@ __attribute__((target("avx2,fma,f16c"))) void ScoreKeysAvx2(
   }
 }
 
+// The AVX2 twin of SumKeysAvx512. REQUIRES: head_dim % 8 == 0, group == 1,
+// sum != nullptr, z == nullptr.
+template <ElementType kType>
+__attribute__((target("avx2,fma,f16c"))) void SumKeysAvx2(const ScoreArgs& a) {
+  constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
+  const int32_t d = a.head_dim;
+  const int64_t row = int64_t{d} * esize;
+  for (int32_t l = 0; l < a.layers; ++l) {
+    for (int32_t kv = 0; kv < a.kv_heads; ++kv) {
+      const int64_t plane = int64_t{l} * a.kv_heads + kv;
+      const std::byte* base = a.keys + plane * a.capacity * row;
+      const float* q = a.queries + plane * d;
+      int64_t p = 0;
+      for (; p + 1 < a.live; p += 2) {
+        const std::byte* k0 = base + p * row;
+        const std::byte* k1 = k0 + row;
+        __m256 acc0 = _mm256_setzero_ps(), acc1 = _mm256_setzero_ps();
+        for (int32_t j = 0; j < d; j += 8) {
+          const __m256 qj = _mm256_loadu_ps(q + j);
+          acc0 = _mm256_fmadd_ps(qj, Load8(kType, k0 + j * esize), acc0);
+          acc1 = _mm256_fmadd_ps(qj, Load8(kType, k1 + j * esize), acc1);
+        }
+        a.sum[p] += HorizontalSum(acc0);
+        a.sum[p + 1] += HorizontalSum(acc1);
+      }
+      for (; p < a.live; ++p) {
+        const std::byte* k0 = base + p * row;
+        __m256 acc0 = _mm256_setzero_ps();
+        for (int32_t j = 0; j < d; j += 8) {
+          acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q + j),
+                                 Load8(kType, k0 + j * esize), acc0);
+        }
+        a.sum[p] += HorizontalSum(acc0);
+      }
+    }
+  }
+}
+
 #define ENTROKV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 ENTROKV_AVX512 inline __m512 Load16(ElementType type, const std::byte* p) {
@@ -213,6 +251,47 @@ ENTROKV_AVX512 void ScoreKeysAvx512(const ScoreArgs& a) {
   }
 }
 
+// One query per kv head (a group's summed query), accumulating only the sum:
+// the kernel of the mean logit. Two keys per iteration for two FMA chains.
+// REQUIRES: head_dim % 16 == 0, group == 1, sum != nullptr, z == nullptr.
+template <ElementType kType>
+ENTROKV_AVX512 void SumKeysAvx512(const ScoreArgs& a) {
+  constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
+  const int32_t d = a.head_dim;
+  const int64_t row = int64_t{d} * esize;
+  for (int32_t l = 0; l < a.layers; ++l) {
+    for (int32_t kv = 0; kv < a.kv_heads; ++kv) {
+      const int64_t plane = int64_t{l} * a.kv_heads + kv;
+      const std::byte* base = a.keys + plane * a.capacity * row;
+      const float* q = a.queries + plane * d;
+      int64_t p = 0;
+      for (; p + 1 < a.live; p += 2) {
+        const std::byte* k0 = base + p * row;
+        const std::byte* k1 = k0 + row;
+        _mm_prefetch(reinterpret_cast<const char*>(k0 + 4 * row), _MM_HINT_T0);
+        _mm_prefetch(reinterpret_cast<const char*>(k1 + 4 * row), _MM_HINT_T0);
+        __m512 acc0 = _mm512_setzero_ps(), acc1 = _mm512_setzero_ps();
+        for (int32_t j = 0; j < d; j += 16) {
+          const __m512 qj = _mm512_loadu_ps(q + j);
+          acc0 = _mm512_fmadd_ps(qj, Load16(kType, k0 + j * esize), acc0);
+          acc1 = _mm512_fmadd_ps(qj, Load16(kType, k1 + j * esize), acc1);
+        }
+        a.sum[p] += _mm512_reduce_add_ps(acc0);
+        a.sum[p + 1] += _mm512_reduce_add_ps(acc1);
+      }
+      for (; p < a.live; ++p) {
+        const std::byte* k0 = base + p * row;
+        __m512 acc0 = _mm512_setzero_ps();
+        for (int32_t j = 0; j < d; j += 16) {
+          acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q + j),
+                                 Load16(kType, k0 + j * esize), acc0);
+        }
+        a.sum[p] += _mm512_reduce_add_ps(acc0);
+      }
+    }
+  }
+}
+
 bool HaveAvx512() {
   static const bool have = __builtin_cpu_supports("avx512f") &&
                            __builtin_cpu_supports("avx512bw") &&
@@ -235,6 +314,28 @@ bool HaveAvx2() {
 
 void ScoreKeys(const ScoreArgs& args) {
 #if defined(__x86_64__)
+  const bool sum_only =
+      args.group == 1 && args.z == nullptr && args.sum != nullptr;
+  if (sum_only && HaveAvx512() && args.head_dim % 16 == 0) {
+    switch (args.type) {
+      case ElementType::kF32:
+        return SumKeysAvx512<ElementType::kF32>(args);
+      case ElementType::kF16:
+        return SumKeysAvx512<ElementType::kF16>(args);
+      case ElementType::kBf16:
+        return SumKeysAvx512<ElementType::kBf16>(args);
+    }
+  }
+  if (sum_only && HaveAvx2() && args.head_dim % 8 == 0) {
+    switch (args.type) {
+      case ElementType::kF32:
+        return SumKeysAvx2<ElementType::kF32>(args);
+      case ElementType::kF16:
+        return SumKeysAvx2<ElementType::kF16>(args);
+      case ElementType::kBf16:
+        return SumKeysAvx2<ElementType::kBf16>(args);
+    }
+  }
   if (HaveAvx512() && args.head_dim % 16 == 0) {
     switch (args.type) {
       case ElementType::kF32:
