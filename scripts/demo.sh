@@ -13,12 +13,12 @@ scripts/install-deps.sh
 build=${ENTROKV_BUILD_DIR:-build-release}
 cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Release \
   -DENTROKV_BUILD_TESTS=OFF -DENTROKV_BUILD_BENCH=OFF >/dev/null
-cmake --build "$build" -j "$(nproc)" --target entrokv_server entrokv_loadgen
+cmake --build "$build" -j "$(nproc)" --target entrokv-server entrokv_loadgen
 
 run_dir=$(mktemp -d /tmp/entrokv-demo.XXXXXX)
 socket="$run_dir/entrokv.sock"
 "$build/server/entrokv-server" --listen "unix:$socket" --log_level info \
-  2>"$run_dir/server.log" &
+  >"$run_dir/server.log" 2>&1 &
 server_pid=$!
 stop_server() {
   if kill -0 "$server_pid" 2>/dev/null; then
