@@ -81,7 +81,9 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
       a.update != AffinityUpdate::kLogitEma) {
     return Bad("affinity.update", "unknown update rule");
   }
-  if (!std::isfinite(a.beta)) return Bad("affinity.beta", "not finite");
+  if (!(std::fabs(a.beta) <= 1e6)) {
+    return Bad("affinity.beta", absl::StrCat(a.beta, " is outside [-1e6, 1e6]"));
+  }
   if (!(a.lambda >= 0.0 && a.lambda <= 1.0)) {
     return Bad("affinity.lambda", absl::StrCat(a.lambda, " is outside [0, 1]"));
   }

@@ -59,10 +59,7 @@ class CpuSession final : public SessionState {
   }
 
   std::vector<uint64_t> LiveSlots() const override {
-    std::vector<int32_t> order(slot_.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(),
-              [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
+    const std::vector<int32_t> order = AppendOrder();
     std::vector<uint64_t> out;
     out.reserve(order.size());
     for (int32_t p : order) out.push_back(slot_[p]);
@@ -71,7 +68,17 @@ class CpuSession final : public SessionState {
 
  private:
   int64_t live() const { return static_cast<int64_t>(slot_.size()); }
-  void Reserve(int64_t needed);
+  // Positions 0..live-1 sorted by append index.
+  std::vector<int32_t> AppendOrder() const {
+    std::vector<int32_t> order(slot_.size());
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(),
+              [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
+    return order;
+  }
+  // Grows key storage to hold `needed` entries; false when the allocation
+  // fails (nothing changes then).
+  bool Reserve(int64_t needed);
   void Append(const StepInput& input, const DecodedStep& step);
   void Score(const DecodedStep& step, bool need_mean, bool need_attention);
   void RemovePositions(std::vector<int32_t>* positions);
@@ -122,15 +129,16 @@ class CpuSession final : public SessionState {
   SelectionScratch selection_;
 };
 
-void CpuSession::Reserve(int64_t needed) {
-  if (needed <= capacity_) return;
+bool CpuSession::Reserve(int64_t needed) {
+  if (needed <= capacity_) return true;
   const Shape& s = config_.shape;
   const int64_t new_cap = std::max<int64_t>({needed, 2 * capacity_, 64});
   const int64_t row = int64_t{s.head_dim} * esize_;
   // Uninitialised: zero-filling a buffer of this size inside a step cost
   // about a second at 8k entries (4 layers x 8 kv heads x d 128).
-  std::unique_ptr<std::byte[]> grown(new std::byte[static_cast<size_t>(
+  std::unique_ptr<std::byte[]> grown(new (std::nothrow) std::byte[static_cast<size_t>(
       int64_t{s.layers} * s.kv_heads * new_cap * row)]);
+  if (grown == nullptr) return false;
   for (int64_t plane = 0; plane < int64_t{s.layers} * s.kv_heads; ++plane) {
     if (live() > 0) {
       std::memcpy(grown.get() + plane * new_cap * row,
@@ -140,12 +148,12 @@ void CpuSession::Reserve(int64_t needed) {
   }
   keys_ = std::move(grown);
   capacity_ = new_cap;
+  return true;
 }
 
 void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
   const Shape& s = config_.shape;
   const int64_t n = step.appended;
-  Reserve(live() + n);
   const int64_t row = int64_t{s.head_dim} * esize_;
   for (int64_t e = 0; e < n; ++e) {
     const int32_t pos = static_cast<int32_t>(live());
@@ -156,6 +164,7 @@ void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
       for (int32_t kv = 0; kv < s.kv_heads; ++kv) {
         const int64_t off = int64_t{l} * s.kv_heads + kv;
         std::memcpy(KeyAt(l, kv, pos), src + off * row, static_cast<size_t>(row));
+        if (config_.ranking != Ranking::kKeyNorm) continue;  // Only it reads norms.
         double sq = 0.0;
         for (int32_t j = 0; j < s.head_dim; ++j) {
           const double v = decoded[off * s.head_dim + j];
@@ -287,6 +296,12 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
         "append: ", decoded_.appended, " entries (", added_bytes,
         " bytes) would exceed the backend's byte limit ", account_->limit()));
   }
+  if (!Reserve(live() + decoded_.appended)) {
+    account_->Release(added_bytes);
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "append: cannot allocate key storage for ", live() + decoded_.appended,
+        " entries"));
+  }
   // Validated: from here on the step cannot fail.
   Append(input, decoded_);
   const int64_t n = live();
@@ -313,19 +328,23 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   }
   const int64_t budget = budget_.Next(h);
 
+  const int64_t need = n - budget;
+  // Keep scores and protection matter only when something is evicted (or a
+  // trace shows them).
+  const bool rank_now = need > 0 || trace != nullptr;
   KeepScoreContext ctx{.ranking = ranking,
                        .streaming_sinks = config_.streaming_sinks,
                        .seed = config_.seed,
                        .step = input.step,
                        .h2o_recent_from = std::numeric_limits<int64_t>::max()};
-  if (ranking == Ranking::kH2o) {
+  if (rank_now && ranking == Ranking::kH2o) {
     ctx.h2o_recent_from =
         H2oRecentFrom(config_.h2o.recent_fraction, budget, index_, &index_scratch_);
   }
   const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
   keep_.resize(static_cast<size_t>(n));
   protect_.resize(static_cast<size_t>(n));
-  for (int64_t p = 0; p < n; ++p) {
+  for (int64_t p = 0; rank_now && p < n; ++p) {
     const double omega = ranking == Ranking::kAffinity
                              ? (seed_rule ? affinity_[p] : Sigmoid(affinity_[p]))
                              : 0.0;
@@ -335,10 +354,7 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                               pinned_[p] != 0);
   }
   if (trace != nullptr) {
-    std::vector<int32_t> order(static_cast<size_t>(n));
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(),
-              [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
+    const std::vector<int32_t> order = AppendOrder();
     trace->slots.clear();
     trace->mean_logit.clear();
     trace->attention.clear();
@@ -358,7 +374,7 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                    .index = index_,
                    .protect = protect_,
                    .next_index = next_index_,
-                   .need = n - budget,
+                   .need = need,
                    .block_size = config_.block_size,
                    .block_reduce = config_.block_reduce},
                   &selection_, &evict_);

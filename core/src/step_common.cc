@@ -11,12 +11,18 @@
 namespace entrokv::internal {
 namespace {
 
-// Index of the first non-finite float, or -1.
-int64_t FirstNonFinite(const std::vector<float>& v) {
+// Index of the first element that is not finite or exceeds
+// kMaxElementMagnitude, or -1.
+int64_t FirstOutOfRange(const std::vector<float>& v) {
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!std::isfinite(v[i])) return static_cast<int64_t>(i);
+    if (!(std::fabs(v[i]) <= kMaxElementMagnitude)) return static_cast<int64_t>(i);
   }
   return -1;
+}
+
+std::string DescribeBad(float v) {
+  return std::isfinite(v) ? absl::StrCat("value ", v, " exceeds 1e8 in magnitude")
+                          : std::string("non-finite value");
 }
 
 }  // namespace
@@ -74,6 +80,10 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
   if (input.entropy.has_value()) {
     if (absl::Status st = ValidateEntropy(*input.entropy); !st.ok()) return st;
     entropy = *input.entropy;
+    if (entropy > kMaxEntropy) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("entropy: ", entropy, " nats exceeds 1e6"));
+    }
     has_entropy = true;
   } else if (!input.logits.empty()) {
     absl::StatusOr<double> h = EntropyFromLogits(input.logits);
@@ -90,8 +100,8 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
     }
   }
   if (n > 1) {
-    absl::flat_hash_set<uint64_t> batch;
-    batch.reserve(n);
+    absl::flat_hash_set<uint64_t>& batch = out->batch_ids;
+    batch.clear();
     for (uint64_t id : input.append.slot_ids) {
       if (!batch.insert(id).second) {
         return absl::InvalidArgumentError(absl::StrCat(
@@ -104,21 +114,21 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
         "append.slot_ids: ", live, " live + ", n, " new entries exceed ",
         "max_live_entries ", limits.max_live_entries));
   }
-  // Decode, then reject non-finite values.
+  // Decode, then reject non-finite and absurdly large values.
   out->keys.resize(static_cast<size_t>(n * shape.key_elements()));
   DecodeElements(shape.element_type, input.append.keys.data(), out->keys.size(),
                  out->keys.data());
-  if (int64_t bad = FirstNonFinite(out->keys); bad >= 0) {
+  if (int64_t bad = FirstOutOfRange(out->keys); bad >= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "append.keys: non-finite value in entry ", bad / shape.key_elements(),
-        " at element ", bad % shape.key_elements()));
+        "append.keys: ", DescribeBad(out->keys[bad]), " in entry ",
+        bad / shape.key_elements(), " at element ", bad % shape.key_elements()));
   }
   out->queries.resize(static_cast<size_t>(shape.query_elements()));
   DecodeElements(shape.element_type, input.queries.data(), out->queries.size(),
                  out->queries.data());
-  if (int64_t bad = FirstNonFinite(out->queries); bad >= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("queries: non-finite value at element ", bad));
+  if (int64_t bad = FirstOutOfRange(out->queries); bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queries: ", DescribeBad(out->queries[bad]), " at element ", bad));
   }
   out->appended = n;
   out->entropy = entropy;
@@ -229,45 +239,44 @@ void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
     for (int64_t i = 0; i < k; ++i) evict->push_back(cands[i].pos);
     return;
   }
-  // Blocks: aggregate tokens per block id (append index / N), over the range
-  // of blocks that still hold live tokens.
+  // Blocks: aggregate tokens per block id (append index / N) over the blocks
+  // that hold live tokens; O(live) expected, whatever was appended before.
   const int64_t bs = in.block_size;
   const int64_t full_blocks = in.next_index / bs;
-  int64_t first_block = full_blocks;
-  for (int32_t p = 0; p < n; ++p) {
-    first_block = std::min(first_block, in.index[p] / bs);
-  }
   auto& blocks = scratch->blocks;
-  blocks.assign(static_cast<size_t>(full_blocks - first_block),
-                SelectionScratch::Block{});
+  auto& block_of = scratch->block_of;
+  blocks.clear();
+  block_of.clear();
   for (int32_t p = 0; p < n; ++p) {
     const int64_t b = in.index[p] / bs;
     if (b >= full_blocks) continue;  // The partial last block.
-    SelectionScratch::Block& blk = blocks[b - first_block];
+    auto [it, inserted] =
+        block_of.try_emplace(b, static_cast<int32_t>(blocks.size()));
+    if (inserted) blocks.push_back({.id = b});
+    SelectionScratch::Block& blk = blocks[it->second];
     blk.max = blk.tokens == 0 ? in.keep[p] : std::max(blk.max, in.keep[p]);
     blk.sum += in.keep[p];
     ++blk.tokens;
     blk.protect = blk.protect || in.protect[p];
   }
-  for (int64_t b = first_block; b < full_blocks; ++b) {
-    const SelectionScratch::Block& blk = blocks[b - first_block];
+  for (int32_t i = 0; i < static_cast<int32_t>(blocks.size()); ++i) {
+    const SelectionScratch::Block& blk = blocks[i];
     if (blk.tokens != bs || blk.protect) continue;
     const double score = in.block_reduce == BlockReduce::kMax
                              ? blk.max
                              : blk.sum / static_cast<double>(bs);
-    cands.push_back({score, b, 0});
+    cands.push_back({score, blk.id, i});
   }
   const int64_t k = std::min<int64_t>((in.need + bs - 1) / bs, cands.size());
   if (k < static_cast<int64_t>(cands.size())) {
     std::nth_element(cands.begin(), cands.begin() + k, cands.end(), less);
   }
   // Mark chosen blocks, then collect their tokens' positions.
-  for (int64_t i = 0; i < k; ++i) blocks[cands[i].order - first_block].tokens = -1;
+  for (int64_t i = 0; i < k; ++i) blocks[cands[i].pos].tokens = -1;
   for (int32_t p = 0; p < n; ++p) {
     const int64_t b = in.index[p] / bs;
-    if (b < full_blocks && blocks[b - first_block].tokens == -1) {
-      evict->push_back(p);
-    }
+    if (b >= full_blocks) continue;
+    if (blocks[block_of.find(b)->second].tokens == -1) evict->push_back(p);
   }
 }
 

@@ -11,6 +11,7 @@
 #include <optional>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
@@ -28,6 +29,13 @@ inline int64_t BytesPerEntry(const Shape& shape) {
          kEntryStateBytes;
 }
 
+// Largest magnitude accepted for a key or query element, and for an entropy.
+// Real activations are orders of magnitude smaller; the bounds keep every dot
+// product, summed query and affinity update finite (no NaN can reach a keep
+// score, whose order must be a strict weak order).
+inline constexpr float kMaxElementMagnitude = 1e8f;
+inline constexpr double kMaxEntropy = 1e6;
+
 // A validated step, decoded to floats.
 struct DecodedStep {
   int64_t appended = 0;       // New entries.
@@ -35,6 +43,7 @@ struct DecodedStep {
   std::vector<float> queries; // query_elements, decoded.
   double entropy = 0.0;       // H used (0 when none was given).
   bool has_entropy = false;
+  absl::flat_hash_set<uint64_t> batch_ids;  // Scratch: duplicate check.
 };
 
 // Checks `input` against the session (docs/step-semantics.md section 1, all
@@ -88,17 +97,19 @@ struct SelectionInput {
 struct SelectionScratch {
   struct Candidate {
     double score;
-    int64_t order;  // Append index (tokens) or block index (blocks).
-    int32_t pos;
+    int64_t order;  // Append index (tokens) or block id (blocks).
+    int32_t pos;    // Position (tokens) or index into `blocks` (blocks).
   };
   std::vector<Candidate> candidates;
   struct Block {
+    int64_t id = 0;
     double sum = 0.0;
     double max = 0.0;
     int32_t tokens = 0;
     bool protect = false;
   };
   std::vector<Block> blocks;
+  absl::flat_hash_map<int64_t, int32_t> block_of;  // Block id → index.
 };
 
 // Appends to `evict` the positions to evict (section 8), in no given order.

@@ -3,15 +3,16 @@
 #include <algorithm>
 #include <cmath>
 
+#include "step_common.h"
+
 namespace entrokv {
 namespace {
 
+// SplitMix64 as a generator: small, fast, and the same on every platform.
 uint64_t NextRandom(uint64_t* state) {
-  // SplitMix64: small, fast, and the same on every platform.
-  uint64_t z = (*state += 0x9E3779B97F4A7C15ull);
-  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ull;
-  z = (z ^ (z >> 27)) * 0x94D049BB133111EBull;
-  return z ^ (z >> 31);
+  const uint64_t out = internal::SplitMix64(*state);
+  *state += 0x9E3779B97F4A7C15ull;
+  return out;
 }
 
 }  // namespace
