@@ -11,12 +11,15 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "entrokv/core/session.h"
-#include "server/config_conversion.h"
+#include "proto/convert/config_convert.h"
 #include "server/status_conversion.h"
 #include "spdlog/spdlog.h"
 
 namespace entrokv::server {
 namespace {
+
+using proto::FromProto;
+using proto::ToProto;
 
 static_assert(sizeof(bool) == 1, "pinned flags are read as bytes");
 

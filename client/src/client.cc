@@ -7,13 +7,13 @@
 #include "decode_stream.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/convert/config_convert.h"
 #include "session_impl.h"
 
 namespace entrokv {
 namespace {
 
-using client_internal::ConfigFromProto;
-using client_internal::ConfigToProto;
+using client_internal::EffectiveConfigFromProto;
 using client_internal::FromGrpc;
 using client_internal::FromProto;
 using client_internal::InfoFromProto;
@@ -42,7 +42,7 @@ class ClientImpl final : public Client {
     absl::Status valid = ValidateSessionConfig(config);
     if (!valid.ok()) return valid;
     v1::CreateSessionRequest request;
-    ConfigToProto(config, request.mutable_config());
+    proto::ToProto(config, request.mutable_config());
     request.set_session_id(std::string(session_id));
     v1::CreateSessionResponse response;
     grpc::ClientContext context;
@@ -56,9 +56,16 @@ class ClientImpl final : public Client {
       }
       return status;
     }
-    SessionConfig effective = response.session().has_config()
-                                  ? ConfigFromProto(response.session().config())
-                                  : config;
+    SessionConfig effective = config;
+    if (response.session().has_config()) {
+      absl::StatusOr<SessionConfig> read =
+          EffectiveConfigFromProto(response.session().config());
+      if (!read.ok()) {
+        (void)CloseSession(response.session_id());
+        return read.status();
+      }
+      effective = *read;
+    }
     absl::StatusOr<std::unique_ptr<Session>> session =
         Open(response.session_id(), effective, options, options.first_step, {});
     if (!session.ok()) {
@@ -103,7 +110,9 @@ class ClientImpl final : public Client {
     std::vector<SessionInfo> sessions;
     sessions.reserve(response.sessions_size());
     for (const v1::SessionInfo& info : response.sessions()) {
-      sessions.push_back(InfoFromProto(info));
+      absl::StatusOr<SessionInfo> read = InfoFromProto(info);
+      if (!read.ok()) return read.status();
+      sessions.push_back(*std::move(read));
     }
     if (server != nullptr) {
       const v1::ServerStats& s = response.server();

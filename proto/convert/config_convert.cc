@@ -1,11 +1,11 @@
-#include "server/config_conversion.h"
+#include "proto/convert/config_convert.h"
 
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "entrokv/core/status_macros.h"
 
-namespace entrokv::server {
+namespace entrokv::proto {
 namespace {
 
 absl::Status UnknownEnum(absl::string_view field, int value) {
@@ -106,7 +106,8 @@ absl::Status FromProto(v1::BlockReduce in, BlockReduce* out) {
   }
 }
 
-absl::Status FromProto(v1::Placement in, Placement* out) {
+absl::Status FromProto(v1::Placement in, absl::string_view field,
+                       Placement* out) {
   switch (in) {
     case v1::PLACEMENT_UNSPECIFIED:
       return absl::OkStatus();
@@ -120,7 +121,7 @@ absl::Status FromProto(v1::Placement in, Placement* out) {
       *out = Placement::kAuto;
       return absl::OkStatus();
     default:
-      return UnknownEnum("config.placement", in);
+      return UnknownEnum(field, in);
   }
 }
 
@@ -196,9 +197,27 @@ absl::Status FromProto(const v1::SessionConfig& proto, SessionConfig* out) {
   if (proto.has_block_size()) config.block_size = proto.block_size();
   ENTROKV_RETURN_IF_ERROR(
       FromProto(proto.block_reduce(), &config.block_reduce));
-  ENTROKV_RETURN_IF_ERROR(FromProto(proto.placement(), &config.placement));
+  ENTROKV_RETURN_IF_ERROR(
+      FromProto(proto.placement(), "config.placement", &config.placement));
 
   *out = config;
+  return absl::OkStatus();
+}
+
+absl::Status FromProto(const v1::SessionStats& proto, SessionStats* out) {
+  SessionStats stats;
+  stats.live = proto.live();
+  stats.peak_live = proto.peak_live();
+  stats.budget = proto.budget();
+  stats.steps = proto.steps();
+  if (proto.has_last_step()) stats.last_step = proto.last_step();
+  stats.appended = proto.appended();
+  stats.evicted = proto.evicted();
+  stats.bytes_held = proto.bytes_held();
+  ENTROKV_RETURN_IF_ERROR(
+      FromProto(proto.placement(), "stats.placement", &stats.placement));
+
+  *out = stats;
   return absl::OkStatus();
 }
 
@@ -321,4 +340,4 @@ void ToProto(const SessionStats& stats, v1::SessionStats* out) {
   out->set_placement(ToProto(stats.placement));
 }
 
-}  // namespace entrokv::server
+}  // namespace entrokv::proto
