@@ -32,13 +32,15 @@ ABSL_FLAG(double, target_live, 0,
 ABSL_FLAG(int64_t, sinks, 4, "Protected first entries.");
 ABSL_FLAG(int64_t, recent, 8, "Protected most recent entries.");
 ABSL_FLAG(uint64_t, seed, 1, "Stream seed of the audit run.");
-ABSL_FLAG(int32_t, sanity_seeds, 5, "Seeds of the sanity check (seed..seed+n-1).");
+ABSL_FLAG(int32_t, sanity_seeds, 5,
+          "Seeds of the sanity check (seed..seed+n-1).");
 ABSL_FLAG(int32_t, layers, 2, "Layers.");
 ABSL_FLAG(int32_t, kv_heads, 2, "KV heads.");
 ABSL_FLAG(int32_t, q_heads, 4, "Query heads.");
 ABSL_FLAG(int32_t, head_dim, 32, "Head dimension.");
 ABSL_FLAG(std::string, element_type, "f32", "f32, f16 or bf16.");
-ABSL_FLAG(bool, compare, false, "Compare every policy at equal mean live entries.");
+ABSL_FLAG(bool, compare, false,
+          "Compare every policy at equal mean live entries.");
 ABSL_FLAG(bool, json, false, "Print JSON instead of text.");
 
 namespace entrokv::sim {
@@ -56,7 +58,8 @@ absl::StatusOr<RunOptions> OptionsFromFlags() {
   shape.kv_heads = absl::GetFlag(FLAGS_kv_heads);
   shape.q_heads = absl::GetFlag(FLAGS_q_heads);
   shape.head_dim = absl::GetFlag(FLAGS_head_dim);
-  if (!ParseElementType(absl::GetFlag(FLAGS_element_type), &shape.element_type)) {
+  if (!ParseElementType(absl::GetFlag(FLAGS_element_type),
+                        &shape.element_type)) {
     return absl::InvalidArgumentError("--element_type: want f32, f16 or bf16");
   }
   o.stream.seed = absl::GetFlag(FLAGS_seed);
@@ -71,10 +74,13 @@ absl::StatusOr<RunOptions> OptionsFromFlags() {
   c.affinity.beta = absl::GetFlag(FLAGS_beta);
   c.affinity.lambda = absl::GetFlag(FLAGS_lambda);
   c.entropy_budget.gamma = absl::GetFlag(FLAGS_gamma);
-  if (!ParseAffinityUpdate(absl::GetFlag(FLAGS_affinity_update), &c.affinity.update)) {
-    return absl::InvalidArgumentError("--affinity_update: want seed or logit_ema");
+  if (!ParseAffinityUpdate(absl::GetFlag(FLAGS_affinity_update),
+                           &c.affinity.update)) {
+    return absl::InvalidArgumentError(
+        "--affinity_update: want seed or logit_ema");
   }
-  if (absl::Status st = ApplyPolicyName(absl::GetFlag(FLAGS_policy), &c); !st.ok()) {
+  if (absl::Status st = ApplyPolicyName(absl::GetFlag(FLAGS_policy), &c);
+      !st.ok()) {
     return st;
   }
   if (absl::Status st = ValidateSessionConfig(c); !st.ok()) return st;
@@ -95,14 +101,17 @@ int RunAudit(const RunOptions& o, bool json) {
     std::string means, ses;
     for (size_t k = 0; k < seeds.size(); ++k) {
       absl::StrAppendFormat(&means, "%s%.9g", k ? "," : "", check->means[k]);
-      absl::StrAppendFormat(&ses, "%s%.9g", k ? "," : "", check->standard_errors[k]);
+      absl::StrAppendFormat(&ses, "%s%.9g", k ? "," : "",
+                            check->standard_errors[k]);
     }
     std::printf(
         "{\"policy\":\"%s\",\"steps\":%lld,\"budget\":%lld,\"mean_live\":%.6g,"
         "\"peak_live\":%lld,\"memory_error\":{\"mean\":%.9g,\"variance\":%.9g,"
         "\"min\":%.9g,\"max\":%.9g,\"p95\":%.9g,\"lag1\":%.6g},"
-        "\"analytical_mean\":%.9g,\"divergence\":%.6g,\"attention_recall\":%.9g,"
-        "\"sanity\":{\"means\":[%s],\"standard_errors\":[%s],\"chi_square\":%.6g,"
+        "\"analytical_mean\":%.9g,\"divergence\":%.6g,\"attention_recall\":%."
+        "9g,"
+        "\"sanity\":{\"means\":[%s],\"standard_errors\":[%s],\"chi_square\":%."
+        "6g,"
         "\"dof\":%d,\"critical\":%.6g,\"passed\":%s}}\n",
         PolicyName(o.session).c_str(), static_cast<long long>(o.steps),
         static_cast<long long>(o.session.budget), run->mean_live,
@@ -113,18 +122,22 @@ int RunAudit(const RunOptions& o, bool json) {
         check->chi_square, check->degrees_of_freedom, check->critical,
         check->passed ? "true" : "false");
   } else {
-    std::printf("entrokv-sim: %lld steps, policy %s (affinity %s), budget %lld\n",
-                static_cast<long long>(o.steps), PolicyName(o.session).c_str(),
-                std::string(AffinityUpdateName(o.session.affinity.update)).c_str(),
-                static_cast<long long>(o.session.budget));
+    std::printf(
+        "entrokv-sim: %lld steps, policy %s (affinity %s), budget %lld\n",
+        static_cast<long long>(o.steps), PolicyName(o.session).c_str(),
+        std::string(AffinityUpdateName(o.session.affinity.update)).c_str(),
+        static_cast<long long>(o.session.budget));
     std::printf("  live entries       mean %.1f, peak %lld\n", run->mean_live,
                 static_cast<long long>(run->peak_live));
     std::printf("memory error audit\n");
     std::printf("  empirical variance %.6g\n", audit.error.variance);
-    std::printf("  min / max          %.6g / %.6g\n", audit.error.min, audit.error.max);
+    std::printf("  min / max          %.6g / %.6g\n", audit.error.min,
+                audit.error.max);
     std::printf("  mean               %.6g\n", audit.error.mean);
-    std::printf("  analytical mean    %.6g  (first order in the evicted attention mass)\n",
-                audit.analytical_mean);
+    std::printf(
+        "  analytical mean    %.6g  (first order in the evicted attention "
+        "mass)\n",
+        audit.analytical_mean);
     std::printf("  divergence         %.2f%%\n", 100.0 * audit.divergence);
     std::printf("  attention recall   %.4f\n", Summarize(run->recall).mean);
     std::printf("sanity check over %zu seeds\n", seeds.size());
@@ -135,7 +148,9 @@ int RunAudit(const RunOptions& o, bool json) {
     }
     std::printf("  chi-square %.2f on %d dof, critical %.2f (p = 0.001): %s\n",
                 check->chi_square, check->degrees_of_freedom, check->critical,
-                check->passed ? "PASS" : "FAIL: seed means disagree beyond the per-step variance");
+                check->passed
+                    ? "PASS"
+                    : "FAIL: seed means disagree beyond the per-step variance");
   }
   return check->passed ? 0 : 1;
 }
@@ -160,22 +175,25 @@ int RunCompare(const RunOptions& o, bool json) {
           "%s{\"policy\":\"%s\",\"nominal_budget\":%lld,\"mean_error\":%.9g,"
           "\"p95_error\":%.9g,\"attention_recall\":%.9g,\"mean_live\":%.6g,"
           "\"peak_live\":%lld,\"matched\":%s}",
-          i ? "," : "", r.policy.c_str(), static_cast<long long>(r.nominal_budget),
-          r.mean_error, r.p95_error, r.recall, r.mean_live,
-          static_cast<long long>(r.peak_live), r.matched ? "true" : "false");
+          i ? "," : "", r.policy.c_str(),
+          static_cast<long long>(r.nominal_budget), r.mean_error, r.p95_error,
+          r.recall, r.mean_live, static_cast<long long>(r.peak_live),
+          r.matched ? "true" : "false");
     }
     std::printf("]}\n");
     return 0;
   }
-  std::printf("entrokv-sim --compare: %lld steps, every policy at mean live %.1f "
-              "(nominal budget calibrated by bisection)\n",
-              static_cast<long long>(o.steps), target);
+  std::printf(
+      "entrokv-sim --compare: %lld steps, every policy at mean live %.1f "
+      "(nominal budget calibrated by bisection)\n",
+      static_cast<long long>(o.steps), target);
   std::printf("%-30s %7s %11s %11s %8s %10s %6s\n", "policy", "budget",
               "mean error", "p95 error", "recall", "mean live", "peak");
   for (const ComparisonRow& r : *rows) {
-    std::printf("%-30s %7lld %11.5f %11.5f %8.4f %10.1f %6lld%s\n", r.policy.c_str(),
-                static_cast<long long>(r.nominal_budget), r.mean_error, r.p95_error,
-                r.recall, r.mean_live, static_cast<long long>(r.peak_live),
+    std::printf("%-30s %7lld %11.5f %11.5f %8.4f %10.1f %6lld%s\n",
+                r.policy.c_str(), static_cast<long long>(r.nominal_budget),
+                r.mean_error, r.p95_error, r.recall, r.mean_live,
+                static_cast<long long>(r.peak_live),
                 r.matched ? "" : "  (mean live off by > 1%)");
   }
   return 0;

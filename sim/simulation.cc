@@ -30,7 +30,8 @@ absl::StatusOr<RunResult> Run(const RunOptions& options) {
   SyntheticStep step;
   std::vector<std::byte> key_bytes(per_entry * esize);
   std::vector<std::byte> query_bytes(shape.query_elements() * esize);
-  std::vector<float> rounded_key(per_entry), rounded_query(shape.query_elements());
+  std::vector<float> rounded_key(per_entry),
+      rounded_query(shape.query_elements());
   StepResult result;
   double live_sum = 0.0;
   for (int64_t t = 0; t < options.steps; ++t) {
@@ -99,9 +100,10 @@ Audit MakeAudit(const RunResult& run) {
   Audit a;
   a.error = Summarize(run.memory_error);
   a.analytical_mean = Summarize(run.first_order_error).mean;
-  a.divergence = a.error.mean > 0.0
-                     ? std::fabs(a.analytical_mean - a.error.mean) / a.error.mean
-                     : 0.0;
+  a.divergence =
+      a.error.mean > 0.0
+          ? std::fabs(a.analytical_mean - a.error.mean) / a.error.mean
+          : 0.0;
   return a;
 }
 
@@ -136,7 +138,8 @@ absl::StatusOr<SanityCheck> RunSanityCheck(const RunOptions& options,
         4, static_cast<size_t>(std::sqrt(static_cast<double>(e.size()))));
     const size_t len = std::max<size_t>(1, e.size() / batches);
     std::vector<double> means;
-    for (size_t b = 0; b + len <= e.size() && means.size() < batches; b += len) {
+    for (size_t b = 0; b + len <= e.size() && means.size() < batches;
+         b += len) {
       means.push_back(std::accumulate(e.begin() + b, e.begin() + b + len, 0.0) /
                       static_cast<double>(len));
     }
@@ -147,21 +150,24 @@ absl::StatusOr<SanityCheck> RunSanityCheck(const RunOptions& options,
   }
   double wsum = 0.0, wmean = 0.0;
   for (size_t k = 0; k < seeds.size(); ++k) {
-    const double w = 1.0 / std::max(check.standard_errors[k] *
-                                        check.standard_errors[k],
-                                    1e-30);
+    const double w =
+        1.0 /
+        std::max(check.standard_errors[k] * check.standard_errors[k], 1e-30);
     wsum += w;
     wmean += w * check.means[k];
   }
   wmean /= wsum;
   for (size_t k = 0; k < seeds.size(); ++k) {
-    const double d = (check.means[k] - wmean) / std::max(check.standard_errors[k], 1e-15);
+    const double d =
+        (check.means[k] - wmean) / std::max(check.standard_errors[k], 1e-15);
     check.chi_square += d * d;
   }
   check.degrees_of_freedom = static_cast<int>(seeds.size()) - 1;
-  check.critical =
-      check.degrees_of_freedom > 0 ? ChiSquareCritical(check.degrees_of_freedom) : 0.0;
-  check.passed = check.degrees_of_freedom > 0 && check.chi_square <= check.critical;
+  check.critical = check.degrees_of_freedom > 0
+                       ? ChiSquareCritical(check.degrees_of_freedom)
+                       : 0.0;
+  check.passed =
+      check.degrees_of_freedom > 0 && check.chi_square <= check.critical;
   return check;
 }
 
@@ -221,7 +227,8 @@ absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
     ComparisonRow row;
     row.policy = PolicyName(o.session);
     if (v.ranking == Ranking::kAffinity) {
-      absl::StrAppend(&row.policy, " (", std::string(AffinityUpdateName(v.update)), ")");
+      absl::StrAppend(&row.policy, " (",
+                      std::string(AffinityUpdateName(v.update)), ")");
     }
     row.nominal_budget = best;
     row.mean_error = err.mean;

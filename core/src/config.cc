@@ -43,7 +43,8 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
   const Shape& s = c.shape;
   auto dim = [](std::string_view field, int32_t v) -> absl::Status {
     if (v < 1 || v > kMaxDimension) {
-      return Bad(field, absl::StrCat(v, " is outside [1, ", kMaxDimension, "]"));
+      return Bad(field,
+                 absl::StrCat(v, " is outside [1, ", kMaxDimension, "]"));
     }
     return absl::OkStatus();
   };
@@ -82,7 +83,8 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
     return Bad("affinity.update", "unknown update rule");
   }
   if (!(std::fabs(a.beta) <= 1e6)) {
-    return Bad("affinity.beta", absl::StrCat(a.beta, " is outside [-1e6, 1e6]"));
+    return Bad("affinity.beta",
+               absl::StrCat(a.beta, " is outside [-1e6, 1e6]"));
   }
   if (!(a.lambda >= 0.0 && a.lambda <= 1.0)) {
     return Bad("affinity.lambda", absl::StrCat(a.lambda, " is outside [0, 1]"));
@@ -100,11 +102,12 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
     return Bad("entropy_budget.epsilon", "must be finite and > 0");
   }
   if (e.min_budget < 0 || e.min_budget > c.budget) {
-    return Bad("entropy_budget.min_budget",
-               absl::StrCat(e.min_budget, " is outside [0, budget ", c.budget,
-                            "]"));
+    return Bad(
+        "entropy_budget.min_budget",
+        absl::StrCat(e.min_budget, " is outside [0, budget ", c.budget, "]"));
   }
-  if (e.max_budget != 0 && (e.max_budget < c.budget || e.max_budget > kMaxBudget)) {
+  if (e.max_budget != 0 &&
+      (e.max_budget < c.budget || e.max_budget > kMaxBudget)) {
     return Bad("entropy_budget.max_budget",
                absl::StrCat(e.max_budget, " is below budget ", c.budget,
                             " (0 means ceil(budget * (1 + gamma)))"));

@@ -6,6 +6,8 @@
 // eviction moves the last entry into the freed position, so removal costs
 // O(evicted), not O(live). Append order is kept in each entry's append index.
 
+#include "cpu_backend.h"
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
@@ -17,7 +19,6 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
-#include "cpu_backend.h"
 #include "cpu_kernels.h"
 #include "entrokv/core/backend.h"
 #include "step_common.h"
@@ -136,8 +137,9 @@ bool CpuSession::Reserve(int64_t needed) {
   const int64_t row = int64_t{s.head_dim} * esize_;
   // Uninitialised: zero-filling a buffer of this size inside a step cost
   // about a second at 8k entries (4 layers x 8 kv heads x d 128).
-  std::unique_ptr<std::byte[]> grown(new (std::nothrow) std::byte[static_cast<size_t>(
-      int64_t{s.layers} * s.kv_heads * new_cap * row)]);
+  std::unique_ptr<std::byte[]> grown(
+      new (std::nothrow) std::byte[static_cast<size_t>(
+          int64_t{s.layers} * s.kv_heads * new_cap * row)]);
   if (grown == nullptr) return false;
   for (int64_t plane = 0; plane < int64_t{s.layers} * s.kv_heads; ++plane) {
     if (live() > 0) {
@@ -157,14 +159,17 @@ void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
   const int64_t row = int64_t{s.head_dim} * esize_;
   for (int64_t e = 0; e < n; ++e) {
     const int32_t pos = static_cast<int32_t>(live());
-    const std::byte* src = input.append.keys.data() + e * s.key_elements() * esize_;
+    const std::byte* src =
+        input.append.keys.data() + e * s.key_elements() * esize_;
     const float* decoded = step.keys.data() + e * s.key_elements();
     double norm_sum = 0.0;
     for (int32_t l = 0; l < s.layers; ++l) {
       for (int32_t kv = 0; kv < s.kv_heads; ++kv) {
         const int64_t off = int64_t{l} * s.kv_heads + kv;
-        std::memcpy(KeyAt(l, kv, pos), src + off * row, static_cast<size_t>(row));
-        if (config_.ranking != Ranking::kKeyNorm) continue;  // Only it reads norms.
+        std::memcpy(KeyAt(l, kv, pos), src + off * row,
+                    static_cast<size_t>(row));
+        if (config_.ranking != Ranking::kKeyNorm)
+          continue;  // Only it reads norms.
         double sq = 0.0;
         for (int32_t j = 0; j < s.head_dim; ++j) {
           const double v = decoded[off * s.head_dim + j];
@@ -176,10 +181,12 @@ void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
     const uint64_t id = input.append.slot_ids[e];
     slot_.push_back(id);
     index_.push_back(next_index_++);
-    pinned_.push_back(input.append.pinned.empty() ? 0
-                                                  : (input.append.pinned[e] != 0));
-    key_norm_.push_back(norm_sum / static_cast<double>(int64_t{s.layers} * s.kv_heads));
-    affinity_.push_back(config_.affinity.update == AffinityUpdate::kSeed ? 0.5 : 0.0);
+    pinned_.push_back(
+        input.append.pinned.empty() ? 0 : (input.append.pinned[e] != 0));
+    key_norm_.push_back(norm_sum /
+                        static_cast<double>(int64_t{s.layers} * s.kv_heads));
+    affinity_.push_back(config_.affinity.update == AffinityUpdate::kSeed ? 0.5
+                                                                         : 0.0);
     h2o_acc_.push_back(0.0);
     live_slots_.insert(id);
   }
@@ -212,8 +219,8 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
     // product per key and kv head instead of one per q head, and no z.
     const int32_t group = s.group_size();
     const int64_t d = s.head_dim;
-    summed_queries_.assign(static_cast<size_t>(int64_t{s.layers} * s.kv_heads * d),
-                           0.0f);
+    summed_queries_.assign(
+        static_cast<size_t>(int64_t{s.layers} * s.kv_heads * d), 0.0f);
     for (int64_t lk = 0; lk < int64_t{s.layers} * s.kv_heads; ++lk) {
       for (int32_t g = 0; g < group; ++g) {
         const float* q = scaled_queries_.data() + (lk * group + g) * d;
@@ -298,16 +305,17 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   }
   if (!Reserve(live() + decoded_.appended)) {
     account_->Release(added_bytes);
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "append: cannot allocate key storage for ", live() + decoded_.appended,
-        " entries"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("append: cannot allocate key storage for ",
+                     live() + decoded_.appended, " entries"));
   }
   // Validated: from here on the step cannot fail.
   Append(input, decoded_);
   const int64_t n = live();
   const Ranking ranking = config_.ranking;
   const bool need_mean = RankingNeedsMeanLogit(ranking) || trace != nullptr;
-  const bool need_attention = RankingNeedsAttention(ranking) || trace != nullptr;
+  const bool need_attention =
+      RankingNeedsAttention(ranking) || trace != nullptr;
   if (need_mean || need_attention) Score(decoded_, need_mean, need_attention);
 
   const double h = decoded_.entropy;
@@ -338,18 +346,20 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                        .step = input.step,
                        .h2o_recent_from = std::numeric_limits<int64_t>::max()};
   if (rank_now && ranking == Ranking::kH2o) {
-    ctx.h2o_recent_from =
-        H2oRecentFrom(config_.h2o.recent_fraction, budget, index_, &index_scratch_);
+    ctx.h2o_recent_from = H2oRecentFrom(config_.h2o.recent_fraction, budget,
+                                        index_, &index_scratch_);
   }
   const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
   keep_.resize(static_cast<size_t>(n));
   protect_.resize(static_cast<size_t>(n));
   for (int64_t p = 0; rank_now && p < n; ++p) {
-    const double omega = ranking == Ranking::kAffinity
-                             ? (seed_rule ? affinity_[p] : Sigmoid(affinity_[p]))
-                             : 0.0;
-    keep_[p] = KeepScore(ctx, index_[p], key_norm_[p],
-                         need_attention ? attention_[p] : 0.0, h2o_acc_[p], omega);
+    const double omega =
+        ranking == Ranking::kAffinity
+            ? (seed_rule ? affinity_[p] : Sigmoid(affinity_[p]))
+            : 0.0;
+    keep_[p] =
+        KeepScore(ctx, index_[p], key_norm_[p],
+                  need_attention ? attention_[p] : 0.0, h2o_acc_[p], omega);
     protect_[p] = IsProtected(config_.protection, index_[p], next_index_,
                               pinned_[p] != 0);
   }
@@ -384,7 +394,8 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   result->evicted.clear();
   for (int32_t p : evict_) result->evicted.push_back(slot_[p]);
   RemovePositions(&evict_);
-  account_->Release(static_cast<int64_t>(result->evicted.size()) * bytes_per_entry_);
+  account_->Release(static_cast<int64_t>(result->evicted.size()) *
+                    bytes_per_entry_);
 
   peak_live_ = std::max(peak_live_, n);
   evicted_total_ += static_cast<int64_t>(result->evicted.size());

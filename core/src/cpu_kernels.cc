@@ -43,9 +43,10 @@ void ScoreKeysScalar(const ScoreArgs& a) {
           a.keys + ((int64_t{l} * a.kv_heads + kv) * a.capacity) * d * esize;
       const int32_t h0 = kv * a.group;
       const float* q = a.queries + (int64_t{l} * a.kv_heads * a.group + h0) * d;
-      float* z = a.z == nullptr ? nullptr
-                                : a.z + (int64_t{l} * a.kv_heads * a.group + h0) *
-                                            a.z_stride;
+      float* z =
+          a.z == nullptr
+              ? nullptr
+              : a.z + (int64_t{l} * a.kv_heads * a.group + h0) * a.z_stride;
       for (int64_t p = 0; p < a.live; ++p) {
         const std::byte* k = base + p * d * esize;
         float group_sum = 0.0f;
@@ -53,7 +54,8 @@ void ScoreKeysScalar(const ScoreArgs& a) {
           float acc = 0.0f;
           for (int32_t j0 = 0; j0 < d; j0 += 1024) {
             const int32_t m = d - j0 < 1024 ? d - j0 : 1024;
-            for (int32_t j = 0; j < m; ++j) key[j] = LoadElement(a.type, k, j0 + j);
+            for (int32_t j = 0; j < m; ++j)
+              key[j] = LoadElement(a.type, k, j0 + j);
             const float* qg = q + int64_t{g} * d + j0;
             for (int32_t j = 0; j < m; ++j) acc += qg[j] * key[j];
           }
@@ -68,8 +70,8 @@ void ScoreKeysScalar(const ScoreArgs& a) {
 
 #if defined(__x86_64__)
 
-__attribute__((target("avx2,fma,f16c"))) inline __m256 Load8(ElementType type,
-                                                          const std::byte* p) {
+__attribute__((target("avx2,fma,f16c"))) inline __m256 Load8(
+    ElementType type, const std::byte* p) {
   switch (type) {
     case ElementType::kF16:
       return _mm256_cvtph_ps(
@@ -106,9 +108,10 @@ __attribute__((target("avx2,fma,f16c"))) void ScoreKeysAvx2(
           a.keys + ((int64_t{l} * a.kv_heads + kv) * a.capacity) * d * esize;
       const int32_t h0 = kv * a.group;
       const float* q = a.queries + (int64_t{l} * a.kv_heads * a.group + h0) * d;
-      float* z = a.z == nullptr ? nullptr
-                                : a.z + (int64_t{l} * a.kv_heads * a.group + h0) *
-                                            a.z_stride;
+      float* z =
+          a.z == nullptr
+              ? nullptr
+              : a.z + (int64_t{l} * a.kv_heads * a.group + h0) * a.z_stride;
       for (int64_t p = 0; p < a.live; ++p) {
         const std::byte* k = base + p * d * esize;
         if (p + 2 < a.live) {
@@ -124,9 +127,12 @@ __attribute__((target("avx2,fma,f16c"))) void ScoreKeysAvx2(
           for (int32_t j = 0; j < d; j += 8) {
             const __m256 kf = Load8(kType, k + j * esize);
             acc0 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + j), kf, acc0);
-            if (ng > 1) acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + j), kf, acc1);
-            if (ng > 2) acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * d + j), kf, acc2);
-            if (ng > 3) acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * d + j), kf, acc3);
+            if (ng > 1)
+              acc1 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + d + j), kf, acc1);
+            if (ng > 2)
+              acc2 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 2 * d + j), kf, acc2);
+            if (ng > 3)
+              acc3 = _mm256_fmadd_ps(_mm256_loadu_ps(q0 + 3 * d + j), kf, acc3);
           }
           if (z != nullptr) {
             float* zg = z + int64_t{g0} * a.z_stride + p;
@@ -184,7 +190,8 @@ __attribute__((target("avx2,fma,f16c"))) void SumKeysAvx2(const ScoreArgs& a) {
   }
 }
 
-#define ENTROKV_AVX512 __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
+#define ENTROKV_AVX512 \
+  __attribute__((target("avx512f,avx512bw,avx512vl,fma,f16c")))
 
 ENTROKV_AVX512 inline __m512 Load16(ElementType type, const std::byte* p) {
   switch (type) {
@@ -213,9 +220,10 @@ ENTROKV_AVX512 void ScoreKeysAvx512(const ScoreArgs& a) {
           a.keys + ((int64_t{l} * a.kv_heads + kv) * a.capacity) * d * esize;
       const int32_t h0 = kv * a.group;
       const float* q = a.queries + (int64_t{l} * a.kv_heads * a.group + h0) * d;
-      float* z = a.z == nullptr ? nullptr
-                                : a.z + (int64_t{l} * a.kv_heads * a.group + h0) *
-                                            a.z_stride;
+      float* z =
+          a.z == nullptr
+              ? nullptr
+              : a.z + (int64_t{l} * a.kv_heads * a.group + h0) * a.z_stride;
       for (int64_t p = 0; p < a.live; ++p) {
         const std::byte* k = base + p * d * esize;
         if (p + 2 < a.live) {
@@ -230,9 +238,12 @@ ENTROKV_AVX512 void ScoreKeysAvx512(const ScoreArgs& a) {
           for (int32_t j = 0; j < d; j += 16) {
             const __m512 kf = Load16(kType, k + j * esize);
             acc0 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + j), kf, acc0);
-            if (ng > 1) acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d + j), kf, acc1);
-            if (ng > 2) acc2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * d + j), kf, acc2);
-            if (ng > 3) acc3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * d + j), kf, acc3);
+            if (ng > 1)
+              acc1 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + d + j), kf, acc1);
+            if (ng > 2)
+              acc2 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 2 * d + j), kf, acc2);
+            if (ng > 3)
+              acc3 = _mm512_fmadd_ps(_mm512_loadu_ps(q0 + 3 * d + j), kf, acc3);
           }
           if (z != nullptr) {
             float* zg = z + int64_t{g0} * a.z_stride + p;
@@ -293,11 +304,10 @@ ENTROKV_AVX512 void SumKeysAvx512(const ScoreArgs& a) {
 }
 
 bool HaveAvx512() {
-  static const bool have = __builtin_cpu_supports("avx512f") &&
-                           __builtin_cpu_supports("avx512bw") &&
-                           __builtin_cpu_supports("avx512vl") &&
-                           __builtin_cpu_supports("f16c") &&
-                           __builtin_cpu_supports("fma");
+  static const bool have =
+      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
+      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c") &&
+      __builtin_cpu_supports("fma");
   return have;
 }
 

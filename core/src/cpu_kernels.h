@@ -20,9 +20,9 @@ struct ScoreArgs {
   int64_t capacity;
   int32_t layers;
   int32_t kv_heads;
-  int32_t group;     // q heads per kv head.
+  int32_t group;  // q heads per kv head.
   int32_t head_dim;
-  int64_t live;      // Positions 0..live-1 are scored.
+  int64_t live;  // Positions 0..live-1 are scored.
   // Queries [layer][q_head][head_dim], already multiplied by 1/sqrt(head_dim).
   const float* queries;
   // Output z, [layer][q_head][z_stride] with z_stride >= live; may be null.

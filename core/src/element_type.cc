@@ -13,8 +13,8 @@ namespace {
 #if defined(__x86_64__)
 // F16C converts exactly as F16ToFloat does (every f16 is a float).
 __attribute__((target("avx,f16c"))) void DecodeF16F16c(const std::byte* src,
-                                                        size_t count,
-                                                        float* dst) {
+                                                       size_t count,
+                                                       float* dst) {
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
     _mm256_storeu_ps(dst + i,
@@ -54,8 +54,8 @@ std::string_view ElementTypeName(ElementType type) {
 }
 
 bool ParseElementType(std::string_view name, ElementType* type) {
-  for (ElementType t : {ElementType::kF32, ElementType::kF16,
-                        ElementType::kBf16}) {
+  for (ElementType t :
+       {ElementType::kF32, ElementType::kF16, ElementType::kBf16}) {
     if (name == ElementTypeName(t)) {
       *type = t;
       return true;
@@ -69,14 +69,14 @@ uint16_t FloatToF16(float value) {
   const uint32_t sign = (x >> 16) & 0x8000u;
   const uint32_t abs = x & 0x7FFFFFFFu;
   if (abs >= 0x7F800000u) {  // Inf or NaN; NaN keeps a quiet payload bit.
-    return static_cast<uint16_t>(sign | 0x7C00u |
-                                 (abs > 0x7F800000u ? 0x200u | ((abs >> 13) & 0x3FFu)
-                                                    : 0u));
+    return static_cast<uint16_t>(
+        sign | 0x7C00u |
+        (abs > 0x7F800000u ? 0x200u | ((abs >> 13) & 0x3FFu) : 0u));
   }
   if (abs >= 0x477FF000u) {  // Rounds to >= 65520: overflow to Inf.
     return static_cast<uint16_t>(sign | 0x7C00u);
   }
-  if (abs < 0x38800000u) {  // Below 2^-14: subnormal or zero in f16.
+  if (abs < 0x38800000u) {    // Below 2^-14: subnormal or zero in f16.
     if (abs < 0x33000000u) {  // Below 2^-25: rounds to zero (ties to even).
       return static_cast<uint16_t>(sign);
     }

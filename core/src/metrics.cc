@@ -69,7 +69,8 @@ QualityMetrics ComputeQuality(const Shape& shape, absl::Span<const float> keys,
       recall_sum += recall;
     }
   }
-  const double rows = static_cast<double>(int64_t{shape.layers} * shape.q_heads);
+  const double rows =
+      static_cast<double>(int64_t{shape.layers} * shape.q_heads);
   return {.memory_error = error_sum / rows,
           .attention_recall = recall_sum / rows,
           .first_order_error = first_order_sum / rows};

@@ -15,14 +15,16 @@ namespace {
 // kMaxElementMagnitude, or -1.
 int64_t FirstOutOfRange(const std::vector<float>& v) {
   for (size_t i = 0; i < v.size(); ++i) {
-    if (!(std::fabs(v[i]) <= kMaxElementMagnitude)) return static_cast<int64_t>(i);
+    if (!(std::fabs(v[i]) <= kMaxElementMagnitude))
+      return static_cast<int64_t>(i);
   }
   return -1;
 }
 
 std::string DescribeBad(float v) {
-  return std::isfinite(v) ? absl::StrCat("value ", v, " exceeds 1e8 in magnitude")
-                          : std::string("non-finite value");
+  return std::isfinite(v)
+             ? absl::StrCat("value ", v, " exceeds 1e8 in magnitude")
+             : std::string("non-finite value");
 }
 
 }  // namespace
@@ -36,10 +38,10 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
   if (last_step.has_value() &&
       (*last_step == std::numeric_limits<uint64_t>::max() ||
        input.step != *last_step + 1)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "step: got ", input.step, ", expected ", *last_step + 1,
-        input.step <= *last_step ? " (a repeated or old step)"
-                                 : " (a step is missing)"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("step: got ", input.step, ", expected ", *last_step + 1,
+                     input.step <= *last_step ? " (a repeated or old step)"
+                                              : " (a step is missing)"));
   }
   const Shape& shape = config.shape;
   const int64_t esize = static_cast<int64_t>(ElementSize(shape.element_type));
@@ -52,11 +54,11 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
   }
   const int64_t key_bytes = n * shape.key_elements() * esize;
   if (static_cast<int64_t>(input.append.keys.size()) != key_bytes) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "append.keys: ", input.append.keys.size(), " bytes, expected ",
-        key_bytes, " (", n, " entries x ", shape.layers, " layers x ",
-        shape.kv_heads, " kv heads x ", shape.head_dim, " x ", esize,
-        " bytes)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("append.keys: ", input.append.keys.size(),
+                     " bytes, expected ", key_bytes, " (", n, " entries x ",
+                     shape.layers, " layers x ", shape.kv_heads, " kv heads x ",
+                     shape.head_dim, " x ", esize, " bytes)"));
   }
   const int64_t query_bytes = shape.query_elements() * esize;
   if (static_cast<int64_t>(input.queries.size()) != query_bytes) {
@@ -71,9 +73,9 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
   }
   if (!input.entropy.has_value() && input.logits.empty() &&
       PolicyNeedsEntropy(config)) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "entropy: required by policy ", PolicyName(config),
-        " (send entropy or logits)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("entropy: required by policy ", PolicyName(config),
+                     " (send entropy or logits)"));
   }
   double entropy = 0.0;
   bool has_entropy = false;
@@ -119,9 +121,10 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
   DecodeElements(shape.element_type, input.append.keys.data(), out->keys.size(),
                  out->keys.data());
   if (int64_t bad = FirstOutOfRange(out->keys); bad >= 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "append.keys: ", DescribeBad(out->keys[bad]), " in entry ",
-        bad / shape.key_elements(), " at element ", bad % shape.key_elements()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("append.keys: ", DescribeBad(out->keys[bad]), " in entry ",
+                     bad / shape.key_elements(), " at element ",
+                     bad % shape.key_elements()));
   }
   out->queries.resize(static_cast<size_t>(shape.query_elements()));
   DecodeElements(shape.element_type, input.queries.data(), out->queries.size(),
@@ -141,10 +144,11 @@ BudgetController::BudgetController(const SessionConfig& config)
       budget_(config.budget),
       params_(config.entropy_budget) {
   min_budget_ = params_.min_budget > 0 ? params_.min_budget : 1;
-  max_budget_ = params_.max_budget > 0
-                    ? params_.max_budget
-                    : static_cast<int64_t>(std::ceil(
-                          static_cast<double>(budget_) * (1.0 + params_.gamma)));
+  max_budget_ =
+      params_.max_budget > 0
+          ? params_.max_budget
+          : static_cast<int64_t>(std::ceil(static_cast<double>(budget_) *
+                                           (1.0 + params_.gamma)));
 }
 
 int64_t BudgetController::Next(double h) {
@@ -155,8 +159,8 @@ int64_t BudgetController::Next(double h) {
     var_ = 0.0;
   }
   const double z = (h - mean_) / (std::sqrt(var_) + params_.epsilon);
-  const double raw = static_cast<double>(budget_) *
-                     (1.0 + params_.gamma * std::tanh(z));
+  const double raw =
+      static_cast<double>(budget_) * (1.0 + params_.gamma * std::tanh(z));
   const int64_t b =
       std::clamp<int64_t>(std::llround(raw), min_budget_, max_budget_);
   const double r = params_.ema_rate;
@@ -174,9 +178,9 @@ uint64_t SplitMix64(uint64_t x) {
 }
 
 double RandomKeepScore(uint64_t seed, int64_t index, uint64_t step) {
-  const uint64_t x = seed +
-                     0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1) +
-                     0xD1B54A32D192ED03ull * step;
+  const uint64_t x =
+      seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1) +
+      0xD1B54A32D192ED03ull * step;
   return static_cast<double>(SplitMix64(x) >> 11) * 0x1.0p-53;
 }
 

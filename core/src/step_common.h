@@ -38,10 +38,10 @@ inline constexpr double kMaxEntropy = 1e6;
 
 // A validated step, decoded to floats.
 struct DecodedStep {
-  int64_t appended = 0;       // New entries.
-  std::vector<float> keys;    // appended × key_elements, decoded.
-  std::vector<float> queries; // query_elements, decoded.
-  double entropy = 0.0;       // H used (0 when none was given).
+  int64_t appended = 0;        // New entries.
+  std::vector<float> keys;     // appended × key_elements, decoded.
+  std::vector<float> queries;  // query_elements, decoded.
+  double entropy = 0.0;        // H used (0 when none was given).
   bool has_entropy = false;
   absl::flat_hash_set<uint64_t> batch_ids;  // Scratch: duplicate check.
 };

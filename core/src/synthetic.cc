@@ -72,10 +72,10 @@ void SyntheticStream::Next(SyntheticStep* out) {
   const float* centre = key_centres_.data() + int64_t{topic_} * per_entry;
   const float* vcentre = value_centres_.data() + int64_t{topic_} * per_entry;
   for (int64_t i = 0; i < per_entry; ++i) {
-    out->key[i] = out->anchor
-                      ? static_cast<float>(params_.anchor_scale * Gaussian())
-                      : static_cast<float>(centre[i] +
-                                           params_.key_noise * Gaussian());
+    out->key[i] =
+        out->anchor
+            ? static_cast<float>(params_.anchor_scale * Gaussian())
+            : static_cast<float>(centre[i] + params_.key_noise * Gaussian());
     out->value[i] =
         static_cast<float>(vcentre[i] + params_.value_noise * Gaussian());
   }
@@ -89,9 +89,10 @@ void SyntheticStream::Next(SyntheticStep* out) {
       if (anchors_[a].topic == topic_) same.push_back(a);
     }
     const int32_t pick =
-        same.empty()
-            ? static_cast<int32_t>(Uniform() * static_cast<double>(anchors_.size()))
-            : same[static_cast<size_t>(Uniform() * static_cast<double>(same.size()))];
+        same.empty() ? static_cast<int32_t>(
+                           Uniform() * static_cast<double>(anchors_.size()))
+                     : same[static_cast<size_t>(
+                           Uniform() * static_cast<double>(same.size()))];
     target = anchors_[pick].key.data();
     out->revisit = true;
   }
@@ -101,20 +102,22 @@ void SyntheticStream::Next(SyntheticStep* out) {
       const int64_t koff = (int64_t{l} * shape.kv_heads + h / group) * d;
       float* q = out->query.data() + (int64_t{l} * shape.q_heads + h) * d;
       for (int32_t j = 0; j < d; ++j) {
-        q[j] = static_cast<float>(params_.query_scale *
-                                  (target[koff + j] + params_.query_noise * Gaussian()));
+        q[j] = static_cast<float>(
+            params_.query_scale *
+            (target[koff + j] + params_.query_noise * Gaussian()));
       }
     }
   }
   if (out->anchor) anchors_.push_back({topic_, out->key});
 
   const double since = static_cast<double>(t_ - last_switch_);
-  double h = params_.entropy_base +
-             (t_ >= last_switch_ && last_switch_ > 0
-                  ? params_.entropy_burst * std::exp(-since / params_.burst_decay)
-                  : 0.0) +
-             (out->revisit ? params_.revisit_entropy : 0.0) +
-             params_.entropy_noise * std::fabs(Gaussian());
+  double h =
+      params_.entropy_base +
+      (t_ >= last_switch_ && last_switch_ > 0
+           ? params_.entropy_burst * std::exp(-since / params_.burst_decay)
+           : 0.0) +
+      (out->revisit ? params_.revisit_entropy : 0.0) +
+      params_.entropy_noise * std::fabs(Gaussian());
   out->entropy = std::max(h, 0.0);
   ++t_;
 }

@@ -15,7 +15,10 @@ namespace {
 class InputBoundsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    config_.shape = {.layers = 1, .kv_heads = 1, .q_heads = 2, .head_dim = 4,
+    config_.shape = {.layers = 1,
+                     .kv_heads = 1,
+                     .q_heads = 2,
+                     .head_dim = 4,
                      .element_type = ElementType::kF32};
     config_.budget = 2;
     backend_ = CreateBackend(BackendKind::kCpu).value();

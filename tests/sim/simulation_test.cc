@@ -9,7 +9,10 @@ namespace {
 
 RunOptions SmallRun() {
   RunOptions o;
-  o.stream.shape = {.layers = 1, .kv_heads = 1, .q_heads = 2, .head_dim = 16,
+  o.stream.shape = {.layers = 1,
+                    .kv_heads = 1,
+                    .q_heads = 2,
+                    .head_dim = 16,
                     .element_type = ElementType::kF32};
   o.session.shape = o.stream.shape;
   o.session.budget = 40;

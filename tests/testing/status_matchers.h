@@ -43,13 +43,14 @@ inline ::testing::AssertionResult HasCode(const absl::Status& status,
   EXPECT_TRUE(::entrokv::testing::IsOk(::entrokv::testing::GetStatus(expr)))
 #define ASSERT_OK(expr) \
   ASSERT_TRUE(::entrokv::testing::IsOk(::entrokv::testing::GetStatus(expr)))
-#define EXPECT_STATUS_CODE(expr, code) \
-  EXPECT_TRUE(::entrokv::testing::HasCode(          \
-      ::entrokv::testing::GetStatus(expr), (code)))
+#define EXPECT_STATUS_CODE(expr, code)                                         \
+  EXPECT_TRUE(::entrokv::testing::HasCode(::entrokv::testing::GetStatus(expr), \
+                                          (code)))
 #define ENTROKV_TEST_CONCAT_INNER_(a, b) a##b
 #define ENTROKV_TEST_CONCAT_(a, b) ENTROKV_TEST_CONCAT_INNER_(a, b)
-#define ASSERT_OK_AND_ASSIGN(lhs, expr) \
-  ASSERT_OK_AND_ASSIGN_IMPL_(ENTROKV_TEST_CONCAT_(statusor_, __LINE__), lhs, expr)
+#define ASSERT_OK_AND_ASSIGN(lhs, expr)                                      \
+  ASSERT_OK_AND_ASSIGN_IMPL_(ENTROKV_TEST_CONCAT_(statusor_, __LINE__), lhs, \
+                             expr)
 #define ASSERT_OK_AND_ASSIGN_IMPL_(tmp, lhs, expr) \
   auto tmp = (expr);                               \
   ASSERT_TRUE(tmp.ok()) << tmp.status();           \

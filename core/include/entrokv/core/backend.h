@@ -55,7 +55,8 @@ class Backend {
 absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
     BackendKind kind, const BackendOptions& options = {});
 
-// True when this build contains the CUDA backend (a device may still be absent).
+// True when this build contains the CUDA backend (a device may still be
+// absent).
 bool CudaBackendCompiled();
 
 }  // namespace entrokv

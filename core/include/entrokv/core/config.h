@@ -3,9 +3,9 @@
 //
 // A policy is two orthogonal parts (DESIGN.md "Policies"): a Ranking (which
 // entries matter least) and a BudgetControl (how many may live at this step).
-// Protection (sinks, recent, pinned) applies to every ranking. Every field has a
-// usable default; ValidateSessionConfig() names the first bad field. Plain data,
-// no synchronisation.
+// Protection (sinks, recent, pinned) applies to every ranking. Every field has
+// a usable default; ValidateSessionConfig() names the first bad field. Plain
+// data, no synchronisation.
 
 #ifndef ENTROKV_CORE_CONFIG_H_
 #define ENTROKV_CORE_CONFIG_H_
@@ -30,9 +30,7 @@ struct Shape {
 
   int32_t group_size() const { return q_heads / kv_heads; }
   // Elements (not bytes) of one entry's keys and of one step's queries.
-  int64_t key_elements() const {
-    return int64_t{layers} * kv_heads * head_dim;
-  }
+  int64_t key_elements() const { return int64_t{layers} * kv_heads * head_dim; }
   int64_t query_elements() const {
     return int64_t{layers} * q_heads * head_dim;
   }
@@ -48,8 +46,8 @@ enum class Ranking : uint8_t {
   kAffinity,   // The highest affinity (this project).
 };
 inline constexpr Ranking kAllRankings[] = {
-    Ranking::kWindow, Ranking::kStreaming, Ranking::kH2o,     Ranking::kTova,
-    Ranking::kKeyNorm, Ranking::kRandom,   Ranking::kAffinity};
+    Ranking::kWindow,  Ranking::kStreaming, Ranking::kH2o,     Ranking::kTova,
+    Ranking::kKeyNorm, Ranking::kRandom,    Ranking::kAffinity};
 
 enum class BudgetControl : uint8_t { kFixed, kEntropy };
 inline constexpr BudgetControl kAllBudgetControls[] = {BudgetControl::kFixed,

@@ -2,10 +2,10 @@
 //
 // A session holds the keys of its live entries (in the session's element type),
 // the per-entry state of its ranking and the budget controller's running
-// entropy statistics. Each Step() appends the entries the engine added since the
-// previous step, scores every live entry against the step's queries, updates the
-// policy state, and evicts the lowest-ranked unprotected entries until the live
-// count fits the step's budget (DESIGN.md "One step").
+// entropy statistics. Each Step() appends the entries the engine added since
+// the previous step, scores every live entry against the step's queries,
+// updates the policy state, and evicts the lowest-ranked unprotected entries
+// until the live count fits the step's budget (DESIGN.md "One step").
 //
 // Step() validates its whole input before touching any state: a rejected step
 // leaves the session exactly as it was (a later step sees no trace of it).
@@ -60,9 +60,9 @@ struct StepResult {
 // before its evictions, in append order.
 struct StepTrace {
   std::vector<uint64_t> slots;
-  std::vector<float> mean_logit;  // s_i = mean over (l, h) of z[l,h,i].
-  std::vector<float> attention;   // a_i = mean over (l, h) of softmax_i.
-  std::vector<double> rank_score;  // The ranking's keep score (higher: keep).
+  std::vector<float> mean_logit;    // s_i = mean over (l, h) of z[l,h,i].
+  std::vector<float> attention;     // a_i = mean over (l, h) of softmax_i.
+  std::vector<double> rank_score;   // The ranking's keep score (higher: keep).
   std::vector<uint8_t> protected_;  // 1 when sinks/recent/pinned protect it.
 };
 

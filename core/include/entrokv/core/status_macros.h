@@ -15,9 +15,9 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 
-#define ENTROKV_RETURN_IF_ERROR(expr)          \
-  do {                                         \
-    ::absl::Status entrokv_status_ = (expr);   \
+#define ENTROKV_RETURN_IF_ERROR(expr)                  \
+  do {                                                 \
+    ::absl::Status entrokv_status_ = (expr);           \
     if (!entrokv_status_.ok()) return entrokv_status_; \
   } while (0)
 

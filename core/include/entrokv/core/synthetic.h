@@ -7,8 +7,8 @@
 //    plus Gaussian noise (`key_noise`), so keys cluster by topic. Topics recur.
 //  - Anchors. With probability `anchor_rate` a new entry is an anchor: its key
 //    is a direction of its own (norm `anchor_scale` times a topic key's). On a
-//    `revisit_rate` share of steps the query returns to an earlier anchor of the
-//    current topic (or any anchor when the topic has none): these are the
+//    `revisit_rate` share of steps the query returns to an earlier anchor of
+//    the current topic (or any anchor when the topic has none): these are the
 //    reasoning states worth keeping.
 //  - Queries. Otherwise the query points at the current topic's centre. Each q
 //    head adds its own noise (`query_noise`); `query_scale` sets logit sizes.
@@ -36,7 +36,7 @@ struct SyntheticParams {
   uint64_t seed = 1;
   int32_t topics = 6;
   double topic_length = 80.0;  // Mean steps per topic visit.
-  double key_noise = 0.6;      // Per element, relative to a unit-variance centre.
+  double key_noise = 0.6;  // Per element, relative to a unit-variance centre.
   double anchor_rate = 0.03;
   double anchor_scale = 1.0;
   double revisit_rate = 0.25;
@@ -52,15 +52,15 @@ struct SyntheticParams {
 
 // One step of the stream: the new entry and the step's query.
 struct SyntheticStep {
-  int64_t index = 0;               // 0, 1, 2, ...
-  std::vector<float> key;          // shape.key_elements()
-  std::vector<float> value;        // shape.key_elements()
-  std::vector<float> query;        // shape.query_elements()
-  double entropy = 0.0;            // nats, >= 0
+  int64_t index = 0;         // 0, 1, 2, ...
+  std::vector<float> key;    // shape.key_elements()
+  std::vector<float> value;  // shape.key_elements()
+  std::vector<float> query;  // shape.query_elements()
+  double entropy = 0.0;      // nats, >= 0
   int32_t topic = 0;
-  bool anchor = false;             // The new entry is an anchor.
-  bool revisit = false;            // The query returns to an earlier anchor.
-  bool topic_switch = false;       // The topic changed at this step.
+  bool anchor = false;        // The new entry is an anchor.
+  bool revisit = false;       // The query returns to an earlier anchor.
+  bool topic_switch = false;  // The topic changed at this step.
 };
 
 class SyntheticStream {
