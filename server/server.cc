@@ -1,10 +1,12 @@
 #include "server/server.h"
 
+#include <algorithm>
 #include <chrono>
 #include <climits>
 #include <utility>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #ifdef ENTROKV_HAVE_REFLECTION
@@ -35,16 +37,44 @@ std::string TcpTarget(const std::string& address, int port) {
   return absl::StrCat(host, ":", port);
 }
 
+// "unix:PATH" / "unix-abstract:NAME" with a non-empty path, or "host:port"
+// with a decimal port in [0, 65535] (gRPC would otherwise bind the port
+// modulo 65536, or fail without saying why).
+absl::Status ValidateListenAddress(const std::string& address) {
+  if (address.empty())
+    return absl::InvalidArgumentError("listen: empty address");
+  if (IsUnixAddress(address)) {
+    if (address.substr(address.find(':') + 1).empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("listen: \"", address, "\" has an empty socket path"));
+    }
+    return absl::OkStatus();
+  }
+  const size_t colon = address.rfind(':');
+  if (colon == std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen: \"", address, "\" is neither host:port nor unix:PATH"));
+  }
+  const std::string port = address.substr(colon + 1);
+  int64_t value = 0;
+  if (port.empty() || port.size() > 5 ||
+      !std::all_of(port.begin(), port.end(),
+                   [](char c) { return c >= '0' && c <= '9'; }) ||
+      !absl::SimpleAtoi(port, &value) || value > 65535) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "listen: \"", address,
+        "\" needs a decimal port in [0, 65535] after the last ':'"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status ValidateOptions(const ServerOptions& options) {
   if (options.listen.empty()) {
     return absl::InvalidArgumentError("listen: no address");
   }
   for (const std::string& address : options.listen) {
-    if (address.empty())
-      return absl::InvalidArgumentError("listen: empty address");
-    if (!IsUnixAddress(address) && address.rfind(':') == std::string::npos) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "listen: \"", address, "\" is neither host:port nor unix:PATH"));
+    if (absl::Status status = ValidateListenAddress(address); !status.ok()) {
+      return status;
     }
   }
   if (options.max_sessions < 0) {
@@ -133,8 +163,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   builder.RegisterService(server->service_.get());
   server->grpc_server_ = builder.BuildAndStart();
   if (server->grpc_server_ == nullptr) {
+    // ~Server() copes with a server that never started.
     return absl::UnavailableError(absl::StrCat(
-        "listen: could not listen on ", absl::StrJoin(options.listen, ", ")));
+        "listen: could not bind ", absl::StrJoin(options.listen, ", "),
+        " (address in use, not local, or not resolvable)"));
   }
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const std::string& address = options.listen[i];
@@ -142,7 +174,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       server->targets_.push_back(address);
     } else {
       if (ports[i] == 0) {
-        server->grpc_server_->Shutdown();
+        // ~Server() shuts the started gRPC server down.
         return absl::UnavailableError(
             absl::StrCat("listen: could not bind ", address));
       }
@@ -185,20 +217,25 @@ void Server::Shutdown(absl::Duration drain) {
     }
     stopping_ = true;
   }
-  spdlog::info("shutting down: draining open streams for up to {}",
-               absl::FormatDuration(drain));
-  if (grpc::HealthCheckServiceInterface* health =
-          grpc_server_->GetHealthCheckService();
-      health != nullptr) {
-    health->SetServingStatus(false);
-    health->SetServingStatus(kServiceName, false);
+  if (grpc_server_ != nullptr) {
+    spdlog::info("shutting down: draining open streams for up to {}",
+                 absl::FormatDuration(drain));
+    if (grpc::HealthCheckServiceInterface* health =
+            grpc_server_->GetHealthCheckService();
+        health != nullptr) {
+      health->SetServingStatus(false);
+      health->SetServingStatus(kServiceName, false);
+    }
+    const auto deadline =
+        std::chrono::system_clock::now() + absl::ToChronoNanoseconds(drain);
+    grpc_server_->Shutdown(deadline);
+    grpc_server_->Wait();
   }
-  const auto deadline =
-      std::chrono::system_clock::now() + absl::ToChronoNanoseconds(drain);
-  grpc_server_->Shutdown(deadline);
-  grpc_server_->Wait();
+  // A Start() that failed may have left no gRPC server, reaper or registry.
   if (reaper_.joinable()) reaper_.join();
-  spdlog::info("server stopped; {} sessions were open", registry_->size());
+  if (grpc_server_ != nullptr && registry_ != nullptr) {
+    spdlog::info("server stopped; {} sessions were open", registry_->size());
+  }
   absl::MutexLock lock(&mu_);
   stopped_ = true;
 }

@@ -4,8 +4,9 @@
 // device is present), the session registry and the gRPC server with the
 // entrokv.v1.EntroKv service, the standard health service (grpc.health.v1)
 // and server reflection, listening on every address of ServerOptions::listen
-// ("host:port", port 0 picks a free port; "unix:/path"). A reaper thread
-// reclaims sessions detached for longer than the idle timeout.
+// ("host:port" with a port in [0, 65535], 0 picking a free port;
+// "unix:/path"). A reaper thread reclaims sessions detached for longer than
+// the idle timeout.
 //
 // Shutdown() sets health to NOT_SERVING, stops accepting calls, lets open
 // streams run until the drain deadline, then cancels what is left and waits

@@ -1,5 +1,6 @@
 #include "server/service.h"
 
+#include <algorithm>
 #include <chrono>
 #include <memory>
 #include <string>
@@ -46,6 +47,11 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 // One Decode stream. Reads and writes strictly alternate (a request is read
 // only after the previous response was written), so at most one of this
 // reactor's callbacks runs at a time and `attached_` needs no lock.
+//
+// A session closed (or reclaimed) while this stream holds it keeps its state
+// alive through `attached_`: the stream alone may touch that state, so it
+// alone frees it, at the start of the next message it handles (or when it
+// ends). A closed session therefore holds its bytes for at most one message.
 class DecodeReactor final
     : public grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse> {
  public:
@@ -89,7 +95,21 @@ class DecodeReactor final
     attached_.clear();
   }
 
+  // Lets go of the sessions closed since the last message, freeing their
+  // state (see the class comment).
+  void ReleaseClosed() {
+    for (auto it = attached_.begin(); it != attached_.end();) {
+      if (it->second->closed()) {
+        registry_->Detach(*it->second, this);
+        attached_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
   void Handle() {
+    ReleaseClosed();
     response_.Clear();
     for (int i = 0; i < request_.attach_size(); ++i) {
       v1::AttachResult* result = response_.add_attach_results();
@@ -133,18 +153,32 @@ class DecodeReactor final
     absl::StatusOr<std::shared_ptr<SessionEntry>> entry =
         registry_->Attach(id, this);
     if (!entry.ok()) return entry.status();
-    attached_[id] = *std::move(entry);
+    std::shared_ptr<SessionEntry>& held = attached_[id];
+    // A session of this id closed since the last message, and a new one
+    // created under the same id: let go of the old one.
+    if (held != nullptr && held != *entry) registry_->Detach(*held, this);
+    held = *std::move(entry);
     return absl::OkStatus();
   }
 
   absl::Status Detach(const std::string& id) {
+    if (absl::Status status = RequireSessionId(id); !status.ok()) return status;
     auto it = attached_.find(id);
     if (it == attached_.end()) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "session_id: session ", id, " is not attached to this stream"));
+      if (registry_->Get(id).ok()) {
+        return absl::FailedPreconditionError(absl::StrCat(
+            "session_id: session ", id, " is not attached to this stream"));
+      }
+      return absl::NotFoundError(
+          absl::StrCat("session_id: no open session ", id));
     }
+    const bool closed = it->second->closed();
     registry_->Detach(*it->second, this);
     attached_.erase(it);
+    if (closed) {
+      return absl::NotFoundError(
+          absl::StrCat("session_id: session ", id, " was closed"));
+    }
     return absl::OkStatus();
   }
 
@@ -163,6 +197,7 @@ class DecodeReactor final
     SessionEntry& entry = *it->second;
     if (entry.closed()) {
       // Closed (or reclaimed) since it was attached: let go of its state.
+      registry_->Detach(entry, this);
       attached_.erase(it);
       return absl::NotFoundError(absl::StrCat(
           "session_id: session ", step.session_id(), " was closed"));
@@ -224,6 +259,11 @@ class DecodeReactor final
   absl::flat_hash_map<std::string, std::shared_ptr<SessionEntry>> attached_;
 };
 
+// Room left in a reply of `reply_bytes` for the EchoMessage's own framing (a
+// tag and a length varint: at most 6 bytes) and gRPC's (a 5-byte prefix),
+// with margin.
+constexpr int64_t kEchoOverheadBytes = 64;
+
 // Echo: answers each message with one message and does nothing else.
 class EchoReactor final
     : public grpc::ServerBidiReactor<v1::EchoMessage, v1::EchoMessage> {
@@ -239,11 +279,15 @@ class EchoReactor final
       return;
     }
     if (request_.has_reply_bytes()) {
-      if (max_message_bytes_ > 0 &&
-          int64_t{request_.reply_bytes()} > max_message_bytes_) {
+      // The reply must fit the send limit whole, framing included; past it
+      // gRPC would end the stream CANCELLED instead.
+      const int64_t most =
+          std::max<int64_t>(0, max_message_bytes_ - kEchoOverheadBytes);
+      if (max_message_bytes_ > 0 && int64_t{request_.reply_bytes()} > most) {
         Finish(ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
             "reply_bytes: ", request_.reply_bytes(),
-            " exceeds the server's max message size ", max_message_bytes_))));
+            " does not fit the server's max message size ", max_message_bytes_,
+            " (at most ", most, " payload bytes)"))));
         return;
       }
       reply_.mutable_payload()->assign(request_.reply_bytes(), '\0');

@@ -149,6 +149,45 @@ TEST_F(EchoTest, EchoesPayloadOrRepliesWithRequestedSize) {
   EXPECT_THAT(status.error_message(), HasSubstr("reply_bytes"));
 }
 
+// A reply as large as the max message size cannot be sent with its framing:
+// it is refused with INVALID_ARGUMENT (not left to fail in the transport),
+// and the largest reply the server promises goes through.
+TEST_F(EchoTest, ReplyThatCannotFitTheSendLimitIsInvalidArgument) {
+  ServerOptions options = TestServerOptions();
+  constexpr int64_t kMax = 64 << 10;
+  options.max_message_bytes = kMax;
+  StartServer(options);
+  {
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    auto stream = stub_->Echo(&context);
+    v1::EchoMessage request;
+    request.set_reply_bytes(kMax - 64);
+    v1::EchoMessage reply;
+    ASSERT_TRUE(stream->Write(request));
+    ASSERT_TRUE(stream->Read(&reply));
+    EXPECT_EQ(reply.payload().size(), static_cast<size_t>(kMax - 64));
+    EXPECT_TRUE(stream->WritesDone());
+    EXPECT_TRUE(stream->Finish().ok());
+  }
+  for (const int64_t bytes : {kMax, kMax - 63}) {
+    SCOPED_TRACE(bytes);
+    grpc::ClientContext context;
+    context.set_deadline(std::chrono::system_clock::now() +
+                         std::chrono::seconds(10));
+    auto stream = stub_->Echo(&context);
+    v1::EchoMessage request;
+    request.set_reply_bytes(static_cast<uint32_t>(bytes));
+    v1::EchoMessage reply;
+    ASSERT_TRUE(stream->Write(request));
+    EXPECT_FALSE(stream->Read(&reply));
+    const grpc::Status status = stream->Finish();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(status.error_message(), HasSubstr("reply_bytes"));
+  }
+}
+
 // grpc.health.v1.Health/Check for the whole server, by hand (Debian ships no
 // generated health stub): the response is field 1, the status enum.
 int HealthStatus(grpc::Channel* channel) {
@@ -293,6 +332,20 @@ TEST(ServerBinaryTest, HelpListsTheFlags) {
     EXPECT_THAT(text, HasSubstr(flag));
   }
   unlink(log.c_str());
+}
+
+// A listen address that cannot be used ends the binary with exit code 1 and a
+// message naming --listen, never a crash.
+TEST(ServerBinaryTest, UnusableListenAddressExitsOneNamingListen) {
+  for (const char* address : {"192.0.2.1:1", "127.0.0.1:99999"}) {
+    SCOPED_TRACE(address);
+    const std::string log = UniqueSocketPath("badlisten") + ".log";
+    const pid_t pid =
+        Spawn({absl::StrCat("--listen=", address), "--gpu=false"}, log);
+    EXPECT_EQ(WaitExit(pid, absl::Seconds(20)), 1);
+    EXPECT_THAT(ReadFile(log), HasSubstr("listen"));
+    unlink(log.c_str());
+  }
 }
 
 TEST(ServerBinaryTest, SigtermDrainsAndExitsZero) {
