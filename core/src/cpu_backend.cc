@@ -243,19 +243,7 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
   }
   if (need_attention) {
     attention_.assign(static_cast<size_t>(n), 0.0);
-    for (int64_t r = 0; r < rows; ++r) {
-      const float* zr = z_.data() + r * n;
-      float max = -std::numeric_limits<float>::infinity();
-      for (int64_t p = 0; p < n; ++p) max = std::max(max, zr[p]);
-      double sum = 0.0;
-      float* er = z_.data() + r * n;  // Overwrite z with exp(z − max).
-      for (int64_t p = 0; p < n; ++p) {
-        er[p] = std::exp(zr[p] - max);
-        sum += er[p];
-      }
-      const double inv = inv_rows / sum;
-      for (int64_t p = 0; p < n; ++p) attention_[p] += er[p] * inv;
-    }
+    AccumulateSoftmax(z_.data(), rows, n, inv_rows, attention_.data());
   }
 }
 

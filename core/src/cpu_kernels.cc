@@ -1,6 +1,9 @@
 #include "cpu_kernels.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
+#include <limits>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -303,6 +306,61 @@ ENTROKV_AVX512 void SumKeysAvx512(const ScoreArgs& a) {
   }
 }
 
+// exp(x) for x <= 0 (Cephes expf: Cody-Waite reduction, degree-6 polynomial,
+// scaling by 2^n with scalef, which underflows to 0 gracefully).
+ENTROKV_AVX512 inline __m512 ExpNonPositive(__m512 x) {
+  x = _mm512_max_ps(x, _mm512_set1_ps(-103.0f));
+  const __m512 n = _mm512_roundscale_ps(
+      _mm512_mul_ps(x, _mm512_set1_ps(1.44269504088896341f)),
+      _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(0.693359375f), x);
+  x = _mm512_fnmadd_ps(n, _mm512_set1_ps(-2.12194440e-4f), x);
+  __m512 y = _mm512_set1_ps(1.9875691500e-4f);
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.3981999507e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(8.3334519073e-3f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(4.1665795894e-2f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(1.6666665459e-1f));
+  y = _mm512_fmadd_ps(y, x, _mm512_set1_ps(5.0000001201e-1f));
+  y = _mm512_fmadd_ps(y, _mm512_mul_ps(x, x),
+                      _mm512_add_ps(x, _mm512_set1_ps(1.0f)));
+  return _mm512_scalef_ps(y, n);
+}
+
+ENTROKV_AVX512 void AccumulateSoftmaxAvx512(float* z, int64_t rows, int64_t n,
+                                            double weight, double* attention) {
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = z + r * n;
+    __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
+    int64_t p = 0;
+    for (; p + 16 <= n; p += 16)
+      vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(row + p));
+    float max = _mm512_reduce_max_ps(vmax);
+    for (; p < n; ++p) max = std::max(max, row[p]);
+    const __m512 vm = _mm512_set1_ps(max);
+    __m512 vsum = _mm512_setzero_ps();
+    for (p = 0; p + 16 <= n; p += 16) {
+      const __m512 e =
+          ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(row + p), vm));
+      _mm512_storeu_ps(row + p, e);
+      vsum = _mm512_add_ps(vsum, e);
+    }
+    double sum = _mm512_reduce_add_ps(vsum);
+    for (; p < n; ++p) {
+      row[p] = std::exp(row[p] - max);
+      sum += row[p];
+    }
+    const double inv = weight / sum;
+    const __m512d vinv = _mm512_set1_pd(inv);
+    for (p = 0; p + 8 <= n; p += 8) {
+      const __m512d e = _mm512_cvtps_pd(_mm256_loadu_ps(row + p));
+      _mm512_storeu_pd(
+          attention + p,
+          _mm512_fmadd_pd(e, vinv, _mm512_loadu_pd(attention + p)));
+    }
+    for (; p < n; ++p) attention[p] += row[p] * inv;
+  }
+}
+
 bool HaveAvx512() {
   static const bool have =
       __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
@@ -368,6 +426,26 @@ void ScoreKeys(const ScoreArgs& args) {
   }
 #endif
   ScoreKeysScalar(args);
+}
+
+void AccumulateSoftmax(float* z, int64_t rows, int64_t n, double weight,
+                       double* attention) {
+#if defined(__x86_64__)
+  if (HaveAvx512())
+    return AccumulateSoftmaxAvx512(z, rows, n, weight, attention);
+#endif
+  for (int64_t r = 0; r < rows; ++r) {
+    float* row = z + r * n;
+    float max = -std::numeric_limits<float>::infinity();
+    for (int64_t p = 0; p < n; ++p) max = std::max(max, row[p]);
+    double sum = 0.0;
+    for (int64_t p = 0; p < n; ++p) {
+      row[p] = std::exp(row[p] - max);
+      sum += row[p];
+    }
+    const double inv = weight / sum;
+    for (int64_t p = 0; p < n; ++p) attention[p] += row[p] * inv;
+  }
 }
 
 const char* ScoreKernelName() {
