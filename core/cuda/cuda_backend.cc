@@ -227,7 +227,7 @@ class CudaSession final : public SessionState {
         planes_(config.shape.layers * config.shape.kv_heads),
         row_bytes_(int64_t{config.shape.head_dim} * esize_),
         rows_(int64_t{config.shape.layers} * config.shape.q_heads),
-        last_budget_(config.budget) {}
+        counters_(config.budget) {}
 
   ~CudaSession() override {
     cudaSetDevice(device_);
@@ -252,17 +252,8 @@ class CudaSession final : public SessionState {
                     StepTrace* trace) override;
 
   SessionStats Stats() const override {
-    SessionStats s;
-    s.live = live();
-    s.peak_live = peak_live_;
-    s.steps = steps_;
-    s.last_step = last_step_;
-    s.appended = next_index_;
-    s.evicted = evicted_total_;
-    s.budget = last_budget_;
-    s.bytes_held = live() * bytes_per_entry_;
-    s.placement = Placement::kGpu;
-    return s;
+    return counters_.ToStats(live(), next_index_, bytes_per_entry_,
+                             Placement::kGpu);
   }
 
   std::vector<uint64_t> LiveSlots() const override {
@@ -317,12 +308,8 @@ class CudaSession final : public SessionState {
   std::vector<uint8_t> pinned_;
   absl::flat_hash_set<uint64_t> live_slots_;
 
-  std::optional<uint64_t> last_step_;
   int64_t next_index_ = 0;
-  int64_t steps_ = 0;
-  int64_t peak_live_ = 0;
-  int64_t evicted_total_ = 0;
-  int64_t last_budget_;
+  StepCounters counters_;
   // Set when a CUDA error struck after the step began changing state: the
   // session can no longer answer.
   absl::Status broken_;
@@ -503,7 +490,7 @@ absl::Status CudaSession::Step(const StepInput& input, StepResult* result,
         broken_.message(), "); close it and open a new one"));
   }
   ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
-      config_, limits_, last_step_, live_slots_, live(), input, &decoded_));
+      config_, limits_, counters_.last_step, live_slots_, live(), input, &decoded_));
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -832,11 +819,7 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   }
   const int64_t evicted = static_cast<int64_t>(result->evicted.size());
   account_->Release(evicted * bytes_per_entry_);
-  peak_live_ = std::max(peak_live_, n);
-  evicted_total_ += evicted;
-  last_step_ = input.step;
-  ++steps_;
-  last_budget_ = budget;
+  counters_.Record(input.step, n, evicted, budget);
   result->live = live();
   result->budget = budget;
   result->entropy = h;

@@ -36,7 +36,7 @@ class CpuSession final : public SessionState {
         budget_(config),
         esize_(static_cast<int64_t>(ElementSize(config.shape.element_type))),
         bytes_per_entry_(BytesPerEntry(config.shape)),
-        last_budget_(config.budget) {}
+        counters_(config.budget) {}
 
   ~CpuSession() override { account_->Release(live() * bytes_per_entry_); }
 
@@ -46,17 +46,8 @@ class CpuSession final : public SessionState {
                     StepTrace* trace) override;
 
   SessionStats Stats() const override {
-    SessionStats s;
-    s.live = live();
-    s.peak_live = peak_live_;
-    s.steps = steps_;
-    s.last_step = last_step_;
-    s.appended = next_index_;
-    s.evicted = evicted_total_;
-    s.budget = last_budget_;
-    s.bytes_held = live() * bytes_per_entry_;
-    s.placement = Placement::kCpu;
-    return s;
+    return counters_.ToStats(live(), next_index_, bytes_per_entry_,
+                             Placement::kCpu);
   }
 
   std::vector<uint64_t> LiveSlots() const override {
@@ -109,12 +100,8 @@ class CpuSession final : public SessionState {
   std::vector<double> h2o_acc_;
   absl::flat_hash_set<uint64_t> live_slots_;
 
-  std::optional<uint64_t> last_step_;
   int64_t next_index_ = 0;
-  int64_t steps_ = 0;
-  int64_t peak_live_ = 0;
-  int64_t evicted_total_ = 0;
-  int64_t last_budget_;
+  StepCounters counters_;
 
   // Scratch reused across steps.
   DecodedStep decoded_;
@@ -282,8 +269,8 @@ double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                               StepTrace* trace) {
-  absl::Status st = ValidateAndDecode(config_, limits_, last_step_, live_slots_,
-                                      live(), input, &decoded_);
+  absl::Status st = ValidateAndDecode(config_, limits_, counters_.last_step,
+                                      live_slots_, live(), input, &decoded_);
   if (!st.ok()) return st;
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
@@ -385,11 +372,8 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   account_->Release(static_cast<int64_t>(result->evicted.size()) *
                     bytes_per_entry_);
 
-  peak_live_ = std::max(peak_live_, n);
-  evicted_total_ += static_cast<int64_t>(result->evicted.size());
-  last_step_ = input.step;
-  ++steps_;
-  last_budget_ = budget;
+  counters_.Record(input.step, n, static_cast<int64_t>(result->evicted.size()),
+                   budget);
   result->live = live();
   result->budget = budget;
   result->entropy = h;

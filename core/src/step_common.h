@@ -7,6 +7,7 @@
 #ifndef ENTROKV_CORE_SRC_STEP_COMMON_H_
 #define ENTROKV_CORE_SRC_STEP_COMMON_H_
 
+#include <algorithm>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -35,6 +36,43 @@ inline int64_t BytesPerEntry(const Shape& shape) {
 // score, whose order must be a strict weak order).
 inline constexpr float kMaxElementMagnitude = 1e8f;
 inline constexpr double kMaxEntropy = 1e6;
+
+// The per-step bookkeeping every backend reports in SessionStats.
+struct StepCounters {
+  explicit StepCounters(int64_t budget) : last_budget(budget) {}
+
+  // An accepted step that held `live_before_evictions` entries after its
+  // appends and evicted `evicted_now` of them under budget `budget`.
+  void Record(uint64_t step, int64_t live_before_evictions, int64_t evicted_now,
+              int64_t budget) {
+    peak_live = std::max(peak_live, live_before_evictions);
+    evicted += evicted_now;
+    last_step = step;
+    ++steps;
+    last_budget = budget;
+  }
+
+  SessionStats ToStats(int64_t live, int64_t appended, int64_t bytes_per_entry,
+                       Placement placement) const {
+    SessionStats s;
+    s.live = live;
+    s.peak_live = peak_live;
+    s.steps = steps;
+    s.last_step = last_step;
+    s.appended = appended;
+    s.evicted = evicted;
+    s.budget = last_budget;
+    s.bytes_held = live * bytes_per_entry;
+    s.placement = placement;
+    return s;
+  }
+
+  std::optional<uint64_t> last_step;
+  int64_t steps = 0;
+  int64_t peak_live = 0;
+  int64_t evicted = 0;
+  int64_t last_budget;
+};
 
 // A validated step, decoded to floats.
 struct DecodedStep {
