@@ -326,38 +326,57 @@ ENTROKV_AVX512 inline __m512 ExpNonPositive(__m512 x) {
   return _mm512_scalef_ps(y, n);
 }
 
+// Every position goes through the same instructions (the tails through
+// masked loads and stores, never a scalar std::exp or a separate multiply and
+// add), so equal logits get bit-identical attention wherever they sit: the tie
+// rule of docs/step-semantics.md section 8 depends on it.
 ENTROKV_AVX512 void AccumulateSoftmaxAvx512(float* z, int64_t rows, int64_t n,
                                             double weight, double* attention) {
+  const int64_t n16 = n - n % 16;
+  const __mmask16 tail16 = static_cast<__mmask16>((1u << (n % 16)) - 1);
+  const int64_t n8 = n - n % 8;
+  const __mmask8 tail8 = static_cast<__mmask8>((1u << (n % 8)) - 1);
+  const __m512 neg_inf =
+      _mm512_set1_ps(-std::numeric_limits<float>::infinity());
   for (int64_t r = 0; r < rows; ++r) {
     float* row = z + r * n;
-    __m512 vmax = _mm512_set1_ps(-std::numeric_limits<float>::infinity());
-    int64_t p = 0;
-    for (; p + 16 <= n; p += 16)
+    __m512 vmax = neg_inf;
+    for (int64_t p = 0; p < n16; p += 16)
       vmax = _mm512_max_ps(vmax, _mm512_loadu_ps(row + p));
-    float max = _mm512_reduce_max_ps(vmax);
-    for (; p < n; ++p) max = std::max(max, row[p]);
-    const __m512 vm = _mm512_set1_ps(max);
+    if (tail16 != 0) {
+      vmax =
+          _mm512_max_ps(vmax, _mm512_mask_loadu_ps(neg_inf, tail16, row + n16));
+    }
+    const __m512 vm = _mm512_set1_ps(_mm512_reduce_max_ps(vmax));
     __m512 vsum = _mm512_setzero_ps();
-    for (p = 0; p + 16 <= n; p += 16) {
+    for (int64_t p = 0; p < n16; p += 16) {
       const __m512 e =
           ExpNonPositive(_mm512_sub_ps(_mm512_loadu_ps(row + p), vm));
       _mm512_storeu_ps(row + p, e);
       vsum = _mm512_add_ps(vsum, e);
     }
-    double sum = _mm512_reduce_add_ps(vsum);
-    for (; p < n; ++p) {
-      row[p] = std::exp(row[p] - max);
-      sum += row[p];
+    if (tail16 != 0) {
+      // Lanes past the row read the maximum (exp 0 = 1) and are not summed.
+      const __m512 e = ExpNonPositive(
+          _mm512_sub_ps(_mm512_mask_loadu_ps(vm, tail16, row + n16), vm));
+      _mm512_mask_storeu_ps(row + n16, tail16, e);
+      vsum = _mm512_mask_add_ps(vsum, tail16, vsum, e);
     }
-    const double inv = weight / sum;
-    const __m512d vinv = _mm512_set1_pd(inv);
-    for (p = 0; p + 8 <= n; p += 8) {
+    const __m512d vinv = _mm512_set1_pd(
+        weight / static_cast<double>(_mm512_reduce_add_ps(vsum)));
+    for (int64_t p = 0; p < n8; p += 8) {
       const __m512d e = _mm512_cvtps_pd(_mm256_loadu_ps(row + p));
       _mm512_storeu_pd(
           attention + p,
           _mm512_fmadd_pd(e, vinv, _mm512_loadu_pd(attention + p)));
     }
-    for (; p < n; ++p) attention[p] += row[p] * inv;
+    if (tail8 != 0) {
+      const __m512d e = _mm512_cvtps_pd(_mm256_maskz_loadu_ps(tail8, row + n8));
+      _mm512_mask_storeu_pd(
+          attention + n8, tail8,
+          _mm512_fmadd_pd(e, vinv,
+                          _mm512_maskz_loadu_pd(tail8, attention + n8)));
+    }
   }
 }
 
@@ -428,12 +447,8 @@ void ScoreKeys(const ScoreArgs& args) {
   ScoreKeysScalar(args);
 }
 
-void AccumulateSoftmax(float* z, int64_t rows, int64_t n, double weight,
-                       double* attention) {
-#if defined(__x86_64__)
-  if (HaveAvx512())
-    return AccumulateSoftmaxAvx512(z, rows, n, weight, attention);
-#endif
+void AccumulateSoftmaxScalar(float* z, int64_t rows, int64_t n, double weight,
+                             double* attention) {
   for (int64_t r = 0; r < rows; ++r) {
     float* row = z + r * n;
     float max = -std::numeric_limits<float>::infinity();
@@ -446,6 +461,15 @@ void AccumulateSoftmax(float* z, int64_t rows, int64_t n, double weight,
     const double inv = weight / sum;
     for (int64_t p = 0; p < n; ++p) attention[p] += row[p] * inv;
   }
+}
+
+void AccumulateSoftmax(float* z, int64_t rows, int64_t n, double weight,
+                       double* attention) {
+#if defined(__x86_64__)
+  if (HaveAvx512())
+    return AccumulateSoftmaxAvx512(z, rows, n, weight, attention);
+#endif
+  AccumulateSoftmaxScalar(z, rows, n, weight, attention);
 }
 
 const char* ScoreKernelName() {

@@ -38,9 +38,16 @@ void ScoreKeys(const ScoreArgs& args);
 // For each of `rows` rows of `z` (row r at z + r·n, n >= 1 entries) adds
 // weight · softmax(row)[p] to attention[p]. Overwrites z with exp(z − max).
 // Vectorised (AVX-512, a Cephes-style exp with relative error < 2e-7) when
-// the CPU has it.
+// the CPU has it. The value added at p depends only on z[p] and the row, never
+// on p: equal logits get bit-identical attention (the tie rule).
 void AccumulateSoftmax(float* z, int64_t rows, int64_t n, double weight,
                        double* attention);
+
+// The portable version AccumulateSoftmax falls back to without AVX-512
+// (std::exp, so not bit-identical to the vector one); exposed so that tests
+// can check it on any CPU.
+void AccumulateSoftmaxScalar(float* z, int64_t rows, int64_t n, double weight,
+                             double* attention);
 
 // The name of the kernel ScoreKeys dispatches to ("avx512", "avx2" or
 // "scalar").
