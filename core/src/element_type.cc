@@ -134,6 +134,9 @@ float Bf16ToFloat(uint16_t bits) {
 
 void DecodeElements(ElementType type, const std::byte* src, size_t count,
                     float* dst) {
+  // An empty span may carry null pointers (a step with no appends), and
+  // memcpy's pointers must be valid even for size 0.
+  if (count == 0) return;
   switch (type) {
     case ElementType::kF32:
       std::memcpy(dst, src, count * sizeof(float));
@@ -160,6 +163,7 @@ void DecodeElements(ElementType type, const std::byte* src, size_t count,
 
 void EncodeElements(ElementType type, const float* src, size_t count,
                     std::byte* dst) {
+  if (count == 0) return;  // As in DecodeElements.
   switch (type) {
     case ElementType::kF32:
       std::memcpy(dst, src, count * sizeof(float));
