@@ -39,6 +39,7 @@
 #include "cuda_kernels.h"
 #include "entrokv/core/backend.h"
 #include "entrokv/core/status_macros.h"
+#include "layered_session.h"
 #include "step_common.h"
 
 namespace entrokv::internal {
@@ -225,8 +226,10 @@ class CudaSession final : public SessionState {
         esize_(static_cast<int64_t>(ElementSize(config.shape.element_type))),
         bytes_per_entry_(BytesPerEntry(config.shape)),
         planes_(config.shape.layers * config.shape.kv_heads),
-        row_bytes_(int64_t{config.shape.head_dim} * esize_),
-        rows_(int64_t{config.shape.layers} * config.shape.q_heads),
+        row_bytes_(int64_t{config.shape.vector_dim()} * esize_),
+        // One z row per query vector sent: per q head, or per kv head for
+        // group-sum queries (whose z is already the group's sum).
+        rows_(int64_t{config.shape.layers} * config.shape.query_heads()),
         counters_(config.budget) {}
 
   ~CudaSession() override {
@@ -489,8 +492,9 @@ absl::Status CudaSession::Step(const StepInput& input, StepResult* result,
         "session: its device state was lost to an earlier CUDA error (",
         broken_.message(), "); close it and open a new one"));
   }
-  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
-      config_, limits_, counters_.last_step, live_slots_, live(), input, &decoded_));
+  ENTROKV_RETURN_IF_ERROR(
+      ValidateAndDecode(config_, limits_, counters_.last_step, live_slots_,
+                        live(), input, &decoded_, BackendStepRules(config_)));
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -499,8 +503,10 @@ absl::Status CudaSession::Step(const StepInput& input, StepResult* result,
   }
   const bool need_mean =
       RankingNeedsMeanLogit(config_.ranking) || trace != nullptr;
+  // A kGroupSum query gives no per-head softmax: a trace's attention stays 0.
   const bool need_attention =
-      RankingNeedsAttention(config_.ranking) || trace != nullptr;
+      RankingNeedsAttention(config_.ranking) ||
+      (trace != nullptr && config_.shape.query_form == QueryForm::kPerHead);
   absl::Status st = CudaStatus(cudaSetDevice(device_), "selecting the device");
   // The previous step's compaction may still run; its errors surface here.
   if (st.ok()) {
@@ -566,7 +572,7 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
              .keys = keys_.as<std::byte>(),
              .capacity = capacity_,
              .planes = planes_,
-             .head_dim = shape.head_dim,
+             .head_dim = shape.vector_dim(),
              .first_pos = n_old,
              .n = n_new,
              .first_index = next_index_,
@@ -581,7 +587,9 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
 
   // 2. Scores z, and per-row softmax statistics.
   const bool scores = (need_mean || need_attention) && n > 0;
-  const double inv_rows = 1.0 / static_cast<double>(rows_);
+  // s_i and a_i average over every (layer, q head), whatever the query form.
+  const double inv_rows =
+      1.0 / static_cast<double>(int64_t{shape.layers} * shape.q_heads);
   if (scores) {
     const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
     float* hq = h_queries_.as<float>();
@@ -599,8 +607,10 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
                            .capacity = capacity_,
                            .layers = shape.layers,
                            .kv_heads = shape.kv_heads,
-                           .group = shape.group_size(),
-                           .head_dim = shape.head_dim,
+                           .group = shape.query_form == QueryForm::kGroupSum
+                                        ? 1
+                                        : shape.group_size(),
+                           .head_dim = shape.vector_dim(),
                            .live = n,
                            .queries = d_queries_.as<float>(),
                            .z = d_z_.as<float>()},
@@ -866,8 +876,14 @@ class CudaBackend final : public Backend {
     ENTROKV_CUDA_RETURN_IF_ERROR(
         cudaStreamCreateWithFlags(&stream, cudaStreamNonBlocking),
         "creating the session's stream");
-    return std::make_unique<CudaSession>(config, limits, account_, pool_,
-                                         device_, stream);
+    // Cadence and block summaries are host-side layers shared with the CPU
+    // backend (layered_session.h), so both decide alike by construction.
+    return CreateLayeredSession(
+        config, limits, account_,
+        [&](const SessionConfig& c, const SessionLimits& l) {
+          return std::make_unique<CudaSession>(c, l, account_, pool_, device_,
+                                               stream);
+        });
   }
 
  private:

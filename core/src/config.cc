@@ -4,6 +4,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 
@@ -57,6 +58,15 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
                                              " is not a multiple of "
                                              "shape.kv_heads ",
                                              s.kv_heads));
+  }
+  if (s.sketch_dim < 0 || s.sketch_dim > s.head_dim) {
+    return Bad("shape.sketch_dim",
+               absl::StrCat(s.sketch_dim, " is outside [0, head_dim ",
+                            s.head_dim, "] (0: exact)"));
+  }
+  if (s.query_form != QueryForm::kPerHead &&
+      s.query_form != QueryForm::kGroupSum) {
+    return Bad("shape.query_form", "unknown query form");
   }
   if (s.key_elements() > (int64_t{1} << 24) ||
       s.query_elements() > (int64_t{1} << 24)) {
@@ -129,6 +139,48 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
       c.block_reduce != BlockReduce::kMax) {
     return Bad("block_reduce", "unknown reduction");
   }
+  if (s.query_form == QueryForm::kGroupSum &&
+      RankingNeedsPerHeadQueries(c.ranking)) {
+    return Bad("shape.query_form",
+               absl::StrCat("group_sum queries give no per-head attention, "
+                            "which ranking ",
+                            std::string(RankingName(c.ranking)), " needs"));
+  }
+  if (c.block_summary && c.block_size < 2) {
+    return Bad("block_summary", "needs block granularity (block_size >= 2)");
+  }
+  if (c.block_summary && c.budget < c.block_size) {
+    return Bad("block_summary",
+               absl::StrCat("budget ", c.budget, " is below one block of ",
+                            c.block_size, " tokens"));
+  }
+  if (c.decide_every < 1 || c.decide_every > 65536) {
+    return Bad("decide_every",
+               absl::StrCat(c.decide_every, " is outside [1, 65536]"));
+  }
+  if (c.hard_ceiling != 0 &&
+      (c.hard_ceiling < c.budget || c.hard_ceiling > kMaxBudget)) {
+    return Bad("hard_ceiling", absl::StrCat(c.hard_ceiling, " is below budget ",
+                                            c.budget, " (0: no ceiling)"));
+  }
+  if (!c.scored_layers.empty()) {
+    if (static_cast<int64_t>(c.scored_layers.size()) != s.layers) {
+      return Bad("scored_layers",
+                 absl::StrCat(c.scored_layers.size(),
+                              " layers listed for shape.layers ", s.layers));
+    }
+    for (size_t i = 0; i < c.scored_layers.size(); ++i) {
+      const int32_t l = c.scored_layers[i];
+      if (l < 0 || l >= kMaxDimension ||
+          (i > 0 && l <= c.scored_layers[i - 1])) {
+        return Bad("scored_layers",
+                   absl::StrCat("entry ", i, " (", l,
+                                ") is negative, too large or not above the "
+                                "one before (the list must be strictly "
+                                "increasing)"));
+      }
+    }
+  }
   if (c.placement != Placement::kCpu && c.placement != Placement::kGpu &&
       c.placement != Placement::kAuto) {
     return Bad("placement", "unknown placement");
@@ -139,6 +191,63 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
 bool PolicyNeedsEntropy(const SessionConfig& config) {
   return config.ranking == Ranking::kAffinity ||
          config.budget_control == BudgetControl::kEntropy;
+}
+
+bool RankingNeedsPerHeadQueries(Ranking ranking) {
+  return ranking == Ranking::kH2o || ranking == Ranking::kTova;
+}
+
+std::vector<int32_t> DefaultScoredLayers(int32_t model_layers) {
+  std::vector<int32_t> layers;
+  if (model_layers <= 4) {
+    for (int32_t l = 0; l < model_layers; ++l) layers.push_back(l);
+    return layers;
+  }
+  for (int32_t i = 0; i < 4; ++i) {
+    layers.push_back(
+        static_cast<int32_t>((int64_t{2} * i + 1) * model_layers / 8));
+  }
+  return layers;
+}
+
+absl::Status ApplySketchName(std::string_view name, Shape* shape) {
+  if (name == "exact") {
+    shape->sketch_dim = 0;
+    return absl::OkStatus();
+  }
+  constexpr std::string_view kPrefix = "project:";
+  int32_t r = 0;
+  if (name.substr(0, kPrefix.size()) != kPrefix ||
+      !absl::SimpleAtoi(absl::string_view(name.data() + kPrefix.size(),
+                                          name.size() - kPrefix.size()),
+                        &r) ||
+      r < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("sketch: unknown sketch \"", std::string(name),
+                     "\" (want \"exact\" or \"project:R\" with R >= 1)"));
+  }
+  shape->sketch_dim = r;
+  return absl::OkStatus();
+}
+
+std::string SketchName(const Shape& shape) {
+  return shape.sketch_dim > 0 ? absl::StrCat("project:", shape.sketch_dim)
+                              : std::string("exact");
+}
+
+std::string_view QueryFormName(QueryForm form) {
+  switch (form) {
+    case QueryForm::kPerHead:
+      return "per_head";
+    case QueryForm::kGroupSum:
+      return "group_sum";
+  }
+  return "unknown";
+}
+
+bool ParseQueryForm(std::string_view name, QueryForm* form) {
+  constexpr QueryForm kAll[] = {QueryForm::kPerHead, QueryForm::kGroupSum};
+  return ParseByName(name, kAll, &QueryFormName, form);
 }
 
 std::string_view RankingName(Ranking ranking) {

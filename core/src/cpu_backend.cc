@@ -1,10 +1,11 @@
 // The CPU backend: session state in host memory.
 //
 // Keys are stored in the session's element type, laid out
-// [layer][kv_head][capacity][head_dim] so that the scoring kernel streams each
-// (layer, kv head) plane once. Live entries occupy positions 0..live-1; an
-// eviction moves the last entry into the freed position, so removal costs
-// O(evicted), not O(live). Append order is kept in each entry's append index.
+// [layer][kv_head][capacity][dim] (dim: Shape::vector_dim()) so that the
+// scoring kernel streams each (layer, kv head) plane once. Live entries occupy
+// positions 0..live-1; an eviction moves the last entry into the freed
+// position, so removal costs O(evicted), not O(live). Append order is kept in
+// each entry's append index.
 
 #include "cpu_backend.h"
 
@@ -21,6 +22,7 @@
 #include "absl/strings/str_cat.h"
 #include "cpu_kernels.h"
 #include "entrokv/core/backend.h"
+#include "layered_session.h"
 #include "step_common.h"
 
 namespace entrokv::internal {
@@ -77,8 +79,8 @@ class CpuSession final : public SessionState {
   std::byte* KeyAt(int32_t layer, int32_t kv, int64_t pos) {
     const Shape& s = config_.shape;
     return keys_.get() +
-           ((int64_t{layer} * s.kv_heads + kv) * capacity_ + pos) * s.head_dim *
-               esize_;
+           ((int64_t{layer} * s.kv_heads + kv) * capacity_ + pos) *
+               s.vector_dim() * esize_;
   }
 
   const SessionConfig config_;
@@ -88,7 +90,7 @@ class CpuSession final : public SessionState {
   const int64_t esize_;
   const int64_t bytes_per_entry_;
 
-  // Keys, [layer][kv_head][capacity_][head_dim] in the element type.
+  // Keys, [layer][kv_head][capacity_][dim] in the element type.
   std::unique_ptr<std::byte[]> keys_;
   int64_t capacity_ = 0;
   // Per position 0..live-1.
@@ -121,7 +123,7 @@ bool CpuSession::Reserve(int64_t needed) {
   if (needed <= capacity_) return true;
   const Shape& s = config_.shape;
   const int64_t new_cap = std::max<int64_t>({needed, 2 * capacity_, 64});
-  const int64_t row = int64_t{s.head_dim} * esize_;
+  const int64_t row = int64_t{s.vector_dim()} * esize_;
   // Uninitialised: zero-filling a buffer of this size inside a step cost
   // about a second at 8k entries (4 layers x 8 kv heads x d 128).
   std::unique_ptr<std::byte[]> grown(
@@ -143,7 +145,8 @@ bool CpuSession::Reserve(int64_t needed) {
 void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
   const Shape& s = config_.shape;
   const int64_t n = step.appended;
-  const int64_t row = int64_t{s.head_dim} * esize_;
+  const int32_t d = s.vector_dim();
+  const int64_t row = int64_t{d} * esize_;
   for (int64_t e = 0; e < n; ++e) {
     const int32_t pos = static_cast<int32_t>(live());
     const std::byte* src =
@@ -158,8 +161,8 @@ void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
         if (config_.ranking != Ranking::kKeyNorm)
           continue;  // Only it reads norms.
         double sq = 0.0;
-        for (int32_t j = 0; j < s.head_dim; ++j) {
-          const double v = decoded[off * s.head_dim + j];
+        for (int32_t j = 0; j < d; ++j) {
+          const double v = decoded[off * d + j];
           sq += v * v;
         }
         norm_sum += std::sqrt(sq);
@@ -183,6 +186,7 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
                        bool need_attention) {
   const Shape& s = config_.shape;
   const int64_t n = live();
+  // s_i and a_i average over every (layer, q head), whatever the query form.
   const int64_t rows = int64_t{s.layers} * s.q_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   scaled_queries_.resize(step.queries.size());
@@ -196,7 +200,7 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
                  .layers = s.layers,
                  .kv_heads = s.kv_heads,
                  .group = s.group_size(),
-                 .head_dim = s.head_dim,
+                 .head_dim = s.vector_dim(),
                  .live = n,
                  .queries = scaled_queries_.data(),
                  .z = nullptr,
@@ -204,8 +208,10 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
   if (need_mean) {
     // s_i needs only Σ_g q_g·k = (Σ_g q_g)·k over each GQA group: one dot
     // product per key and kv head instead of one per q head, and no z.
-    const int32_t group = s.group_size();
-    const int64_t d = s.head_dim;
+    // A kGroupSum query is that sum already (as sent, then scaled).
+    const int32_t group =
+        s.query_form == QueryForm::kGroupSum ? 1 : s.group_size();
+    const int64_t d = s.vector_dim();
     summed_queries_.assign(
         static_cast<size_t>(int64_t{s.layers} * s.kv_heads * d), 0.0f);
     for (int64_t lk = 0; lk < int64_t{s.layers} * s.kv_heads; ++lk) {
@@ -236,7 +242,7 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
 
 void CpuSession::RemovePositions(std::vector<int32_t>* positions) {
   const Shape& s = config_.shape;
-  const int64_t row = int64_t{s.head_dim} * esize_;
+  const int64_t row = int64_t{s.vector_dim()} * esize_;
   // Highest position first, so each moved-in last entry is itself live.
   std::sort(positions->begin(), positions->end(), std::greater<int32_t>());
   for (int32_t pos : *positions) {
@@ -269,8 +275,9 @@ double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                               StepTrace* trace) {
-  absl::Status st = ValidateAndDecode(config_, limits_, counters_.last_step,
-                                      live_slots_, live(), input, &decoded_);
+  absl::Status st =
+      ValidateAndDecode(config_, limits_, counters_.last_step, live_slots_,
+                        live(), input, &decoded_, BackendStepRules(config_));
   if (!st.ok()) return st;
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
@@ -289,8 +296,10 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   const int64_t n = live();
   const Ranking ranking = config_.ranking;
   const bool need_mean = RankingNeedsMeanLogit(ranking) || trace != nullptr;
+  // A kGroupSum query gives no per-head softmax: a trace's attention stays 0.
   const bool need_attention =
-      RankingNeedsAttention(ranking) || trace != nullptr;
+      RankingNeedsAttention(ranking) ||
+      (trace != nullptr && config_.shape.query_form == QueryForm::kPerHead);
   if (need_mean || need_attention) Score(decoded_, need_mean, need_attention);
 
   const double h = decoded_.entropy;
@@ -348,7 +357,8 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
     for (int32_t p : order) {
       trace->slots.push_back(slot_[p]);
       trace->mean_logit.push_back(static_cast<float>(mean_logit_[p]));
-      trace->attention.push_back(static_cast<float>(attention_[p]));
+      trace->attention.push_back(
+          need_attention ? static_cast<float>(attention_[p]) : 0.0f);
       trace->rank_score.push_back(keep_[p]);
       trace->protected_.push_back(protect_[p]);
     }
@@ -394,7 +404,11 @@ class CpuBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<SessionState>> CreateSession(
       const SessionConfig& config, const SessionLimits& limits) override {
     if (absl::Status st = ValidateSessionConfig(config); !st.ok()) return st;
-    return std::make_unique<CpuSession>(config, limits, account_);
+    return CreateLayeredSession(
+        config, limits, account_,
+        [&](const SessionConfig& c, const SessionLimits& l) {
+          return std::make_unique<CpuSession>(c, l, account_);
+        });
   }
 
  private:

@@ -19,6 +19,11 @@ class ByteAccount {
   explicit ByteAccount(int64_t limit) : limit_(limit) {}
   // Adds `bytes` unless that would pass the limit; false then.
   bool TryReserve(int64_t bytes);
+  // Adds `bytes` whatever the limit: gives back a reservation that was
+  // released a moment before (so it fitted then).
+  void Restore(int64_t bytes) {
+    held_.fetch_add(bytes, std::memory_order_relaxed);
+  }
   void Release(int64_t bytes) {
     held_.fetch_sub(bytes, std::memory_order_relaxed);
   }

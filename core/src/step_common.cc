@@ -34,8 +34,13 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
                                std::optional<uint64_t> last_step,
                                const absl::flat_hash_set<uint64_t>& live_slots,
                                int64_t live, const StepInput& input,
-                               DecodedStep* out) {
-  if (last_step.has_value() &&
+                               DecodedStep* out, const StepRules& rules) {
+  if (last_step.has_value() && !rules.consecutive && input.step <= *last_step) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("step: got ", input.step, ", expected more than ",
+                     *last_step, " (a repeated or old step)"));
+  }
+  if (last_step.has_value() && rules.consecutive &&
       (*last_step == std::numeric_limits<uint64_t>::max() ||
        input.step != *last_step + 1)) {
     return absl::FailedPreconditionError(
@@ -58,20 +63,24 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
         absl::StrCat("append.keys: ", input.append.keys.size(),
                      " bytes, expected ", key_bytes, " (", n, " entries x ",
                      shape.layers, " layers x ", shape.kv_heads, " kv heads x ",
-                     shape.head_dim, " x ", esize, " bytes)"));
+                     shape.vector_dim(), " x ", esize, " bytes)"));
   }
   const int64_t query_bytes = shape.query_elements() * esize;
-  if (static_cast<int64_t>(input.queries.size()) != query_bytes) {
+  const bool has_queries = rules.decision || !input.queries.empty();
+  if (has_queries &&
+      static_cast<int64_t>(input.queries.size()) != query_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queries: ", input.queries.size(), " bytes, expected ", query_bytes,
-        " (", shape.layers, " layers x ", shape.q_heads, " q heads x ",
-        shape.head_dim, " x ", esize, " bytes)"));
+        " (", shape.layers, " layers x ", shape.query_heads(),
+        shape.query_form == QueryForm::kGroupSum ? " kv heads (group sums)"
+                                                 : " q heads",
+        " x ", shape.vector_dim(), " x ", esize, " bytes)"));
   }
   if (input.entropy.has_value() && !input.logits.empty()) {
     return absl::InvalidArgumentError(
         "entropy: give either entropy or logits, not both");
   }
-  if (!input.entropy.has_value() && input.logits.empty() &&
+  if (!input.entropy.has_value() && input.logits.empty() && rules.decision &&
       PolicyNeedsEntropy(config)) {
     return absl::InvalidArgumentError(
         absl::StrCat("entropy: required by policy ", PolicyName(config),
@@ -126,7 +135,8 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
                      bad / shape.key_elements(), " at element ",
                      bad % shape.key_elements()));
   }
-  out->queries.resize(static_cast<size_t>(shape.query_elements()));
+  out->queries.resize(has_queries ? static_cast<size_t>(shape.query_elements())
+                                  : 0);
   DecodeElements(shape.element_type, input.queries.data(), out->queries.size(),
                  out->queries.data());
   if (int64_t bad = FirstOutOfRange(out->queries); bad >= 0) {
@@ -136,6 +146,7 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
   out->appended = n;
   out->entropy = entropy;
   out->has_entropy = has_entropy;
+  out->has_queries = has_queries;
   return absl::OkStatus();
 }
 

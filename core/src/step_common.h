@@ -81,8 +81,27 @@ struct DecodedStep {
   std::vector<float> queries;  // query_elements, decoded.
   double entropy = 0.0;        // H used (0 when none was given).
   bool has_entropy = false;
+  bool has_queries = false;  // False only on a step without a decision.
   absl::flat_hash_set<uint64_t> batch_ids;  // Scratch: duplicate check.
 };
+
+// Which parts of section 1 a caller enforces.
+struct StepRules {
+  // The step number must be last_step + 1; else only greater than last_step
+  // (a backend under a cadence sees only decision steps, section 11).
+  bool consecutive = true;
+  // Queries (and, for policies that read it, an entropy) must be sent; else
+  // they may be absent (a step that makes no decision), and are checked and
+  // decoded only when present.
+  bool decision = true;
+};
+
+// The rules a backend applies to the steps its session receives: a session
+// with decide_every > 1 is driven by its cadence layer, which has already
+// checked the numbering and passes on decision steps only.
+inline StepRules BackendStepRules(const SessionConfig& config) {
+  return {.consecutive = config.decide_every <= 1, .decision = true};
+}
 
 // Checks `input` against the session (docs/step-semantics.md section 1, all
 // but the byte limit, which belongs to the backend) and decodes it into `out`.
@@ -92,7 +111,7 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
                                std::optional<uint64_t> last_step,
                                const absl::flat_hash_set<uint64_t>& live_slots,
                                int64_t live, const StepInput& input,
-                               DecodedStep* out);
+                               DecodedStep* out, const StepRules& rules);
 
 // The budget controller (section 6).
 class BudgetController {

@@ -13,26 +13,51 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "entrokv/core/element_type.h"
 
 namespace entrokv {
 
+// How a step's queries travel (docs/step-semantics.md section 3).
+enum class QueryForm : uint8_t {
+  kPerHead,   // One query per q head: [layer][q_head][dim].
+  kGroupSum,  // Per kv head, the sum of its GQA group's queries:
+              // [layer][kv_head][dim]. Enough for the mean logit s_i; not
+              // for the per-head softmax (tova, h2o).
+};
+
 // The shape of the vectors an engine sends per step. Keys are laid out
-// [layer][kv_head][head_dim] per entry; queries [layer][q_head][head_dim].
+// [layer][kv_head][dim] per entry; queries [layer][q_head][dim] (kPerHead) or
+// [layer][kv_head][dim] (kGroupSum), where dim = vector_dim(): head_dim, or
+// sketch_dim when keys and queries are sketched (project:r, see sketch.h).
+// Scores are always scaled by 1/sqrt(head_dim), the model's head size.
 struct Shape {
-  int32_t layers = 1;
+  int32_t layers =
+      1;  // Layers sent (scored); see SessionConfig::scored_layers.
   int32_t kv_heads = 1;
   int32_t q_heads = 1;  // A multiple of kv_heads (GQA / MQA).
   int32_t head_dim = 64;
   ElementType element_type = ElementType::kF16;
+  // 0: exact (vectors of head_dim). r in [1, head_dim]: keys and queries are
+  // projected to r columns by the engine's side (project:r).
+  int32_t sketch_dim = 0;
+  QueryForm query_form = QueryForm::kPerHead;
 
   int32_t group_size() const { return q_heads / kv_heads; }
+  // Elements per key or query vector on the wire and in memory.
+  int32_t vector_dim() const { return sketch_dim > 0 ? sketch_dim : head_dim; }
+  // Query vectors per layer: q_heads, or kv_heads for kGroupSum.
+  int32_t query_heads() const {
+    return query_form == QueryForm::kGroupSum ? kv_heads : q_heads;
+  }
   // Elements (not bytes) of one entry's keys and of one step's queries.
-  int64_t key_elements() const { return int64_t{layers} * kv_heads * head_dim; }
+  int64_t key_elements() const {
+    return int64_t{layers} * kv_heads * vector_dim();
+  }
   int64_t query_elements() const {
-    return int64_t{layers} * q_heads * head_dim;
+    return int64_t{layers} * query_heads() * vector_dim();
   }
 };
 
@@ -103,7 +128,24 @@ struct SessionConfig {
   Protection protection;
   int32_t block_size = 1;  // 1: token granularity; N > 1: blocks of N tokens.
   BlockReduce block_reduce = BlockReduce::kMean;
+  // Block granularity only: one state per block, scored from the block's mean
+  // key (docs/step-semantics.md section 10), instead of per-token state.
+  bool block_summary = false;
   Placement placement = Placement::kAuto;
+
+  // Decision cadence (docs/step-semantics.md section 11): appends are recorded
+  // every step; scoring, ranking updates and evictions run on every
+  // decide_every-th step, and at once on a step whose appends would take the
+  // live count past hard_ceiling (0: no ceiling; else >= budget).
+  int32_t decide_every = 1;
+  int64_t hard_ceiling = 0;
+
+  // Sketches (sketch.h). The model layers the engine sends, in order: empty
+  // means 0..shape.layers-1; else shape.layers strictly increasing indices.
+  // They name the default projection of each sent layer.
+  std::vector<int32_t> scored_layers;
+  // Seed of the default project:r matrices (ignored when exact).
+  uint64_t projection_seed = 0;
 };
 
 // OK, or InvalidArgument naming the first bad field (e.g. "shape.q_heads: 6
@@ -113,6 +155,24 @@ absl::Status ValidateSessionConfig(const SessionConfig& config);
 // True when the policy reads the step's entropy (affinity ranking or entropy
 // budget); such steps must carry an entropy or logits.
 bool PolicyNeedsEntropy(const SessionConfig& config);
+
+// True when the ranking needs each q head's attention (tova, h2o), which a
+// kGroupSum query cannot give.
+bool RankingNeedsPerHeadQueries(Ranking ranking);
+
+// The model layers a session scores by default for a model of `model_layers`
+// layers: all of them up to 4; otherwise 4 spread evenly, layer
+// floor((2i + 1) · model_layers / 8) for i = 0..3 (for 32 layers: 4, 12, 20,
+// 28). The engine then sends only those layers.
+std::vector<int32_t> DefaultScoredLayers(int32_t model_layers);
+
+// "exact" or "project:R" (R >= 1): sets shape.sketch_dim (0 for exact).
+// InvalidArgument naming `sketch` on anything else.
+absl::Status ApplySketchName(std::string_view name, Shape* shape);
+// "exact" or "project:R".
+std::string SketchName(const Shape& shape);
+std::string_view QueryFormName(QueryForm form);  // "per_head", "group_sum"
+bool ParseQueryForm(std::string_view name, QueryForm* form);
 
 // Names used by flags, the wire and reports.
 std::string_view RankingName(Ranking ranking);

@@ -1,0 +1,173 @@
+#include "entrokv/core/sketch.h"
+
+#include <cmath>
+
+#include "absl/strings/str_cat.h"
+#include "step_common.h"
+
+namespace entrokv {
+
+std::vector<double> DefaultProjection(uint64_t seed, int32_t model_layer,
+                                      int32_t kv_head, int32_t head_dim,
+                                      int32_t r) {
+  const int64_t d = head_dim;
+  std::vector<double> p(static_cast<size_t>(d * r));
+  const uint64_t base = internal::SplitMix64(
+      seed ^
+      ((static_cast<uint64_t>(static_cast<uint32_t>(model_layer)) << 32) |
+       static_cast<uint32_t>(kv_head)));
+  uint64_t t = 0;
+  for (int32_t c = 0; c < r; ++c) {
+    for (int64_t j = 0; j < d; ++j) {
+      double g = 0.0;
+      for (int m = 0; m < 12; ++m) {
+        g += static_cast<double>(internal::SplitMix64(base + t++) >> 11) *
+             0x1.0p-53;
+      }
+      p[j * r + c] = g - 6.0;
+    }
+  }
+  // Modified Gram-Schmidt over the columns, in order.
+  for (int32_t c = 0; c < r; ++c) {
+    for (int32_t prev = 0; prev < c; ++prev) {
+      double dot = 0.0;
+      for (int64_t j = 0; j < d; ++j) dot += p[j * r + c] * p[j * r + prev];
+      for (int64_t j = 0; j < d; ++j) p[j * r + c] -= dot * p[j * r + prev];
+    }
+    double sq = 0.0;
+    for (int64_t j = 0; j < d; ++j) sq += p[j * r + c] * p[j * r + c];
+    const double norm = std::sqrt(sq);
+    for (int64_t j = 0; j < d; ++j) p[j * r + c] /= norm;
+  }
+  return p;
+}
+
+absl::StatusOr<Sketcher> Sketcher::Create(const SessionConfig& config,
+                                          absl::Span<const float> matrices) {
+  if (absl::Status st = ValidateSessionConfig(config); !st.ok()) return st;
+  Sketcher s;
+  s.shape_ = config.shape;
+  const Shape& shape = config.shape;
+  s.identity_ =
+      shape.sketch_dim == 0 && shape.query_form == QueryForm::kPerHead;
+  if (shape.sketch_dim == 0) {
+    if (!matrices.empty()) {
+      return absl::InvalidArgumentError(
+          "projection: matrices given for an exact (unsketched) session");
+    }
+    return s;
+  }
+  const int64_t d = shape.head_dim;
+  const int64_t r = shape.sketch_dim;
+  const int64_t planes = int64_t{shape.layers} * shape.kv_heads;
+  if (!matrices.empty()) {
+    if (static_cast<int64_t>(matrices.size()) != planes * d * r) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("projection: ", matrices.size(), " elements, expected ",
+                       planes, " (layers x kv heads) x ", d, " x ", r));
+    }
+    s.matrices_.reserve(matrices.size());
+    for (size_t i = 0; i < matrices.size(); ++i) {
+      if (!std::isfinite(matrices[i])) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("projection: non-finite element ", i));
+      }
+      s.matrices_.push_back(matrices[i]);
+    }
+    return s;
+  }
+  s.matrices_.reserve(static_cast<size_t>(planes * d * r));
+  for (int32_t l = 0; l < shape.layers; ++l) {
+    const int32_t model_layer =
+        config.scored_layers.empty() ? l : config.scored_layers[l];
+    for (int32_t g = 0; g < shape.kv_heads; ++g) {
+      const std::vector<double> p =
+          DefaultProjection(config.projection_seed, model_layer, g,
+                            shape.head_dim, shape.sketch_dim);
+      s.matrices_.insert(s.matrices_.end(), p.begin(), p.end());
+    }
+  }
+  return s;
+}
+
+int64_t Sketcher::full_key_elements() const {
+  return int64_t{shape_.layers} * shape_.kv_heads * shape_.head_dim;
+}
+
+int64_t Sketcher::full_query_elements() const {
+  return int64_t{shape_.layers} * shape_.q_heads * shape_.head_dim;
+}
+
+namespace {
+
+// out[c] = sum_j p[j][c] * v[j], in double, rounded to float.
+void Project(const double* p, const double* v, int64_t d, int64_t r,
+             float* out) {
+  for (int64_t c = 0; c < r; ++c) {
+    double acc = 0.0;
+    for (int64_t j = 0; j < d; ++j) acc += p[j * r + c] * v[j];
+    out[c] = static_cast<float>(acc);
+  }
+}
+
+}  // namespace
+
+void Sketcher::Keys(absl::Span<const float> in, int64_t n,
+                    std::vector<float>* out) const {
+  if (shape_.sketch_dim == 0) {
+    out->assign(in.begin(), in.end());
+    return;
+  }
+  const int64_t d = shape_.head_dim;
+  const int64_t r = shape_.sketch_dim;
+  const int64_t planes = int64_t{shape_.layers} * shape_.kv_heads;
+  out->resize(static_cast<size_t>(n * planes * r));
+  std::vector<double> v(static_cast<size_t>(d));
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t pl = 0; pl < planes; ++pl) {
+      const float* src = in.data() + (e * planes + pl) * d;
+      for (int64_t j = 0; j < d; ++j) v[j] = src[j];
+      Project(matrices_.data() + pl * d * r, v.data(), d, r,
+              out->data() + (e * planes + pl) * r);
+    }
+  }
+}
+
+void Sketcher::Queries(absl::Span<const float> in,
+                       std::vector<float>* out) const {
+  if (identity_) {
+    out->assign(in.begin(), in.end());
+    return;
+  }
+  const int64_t d = shape_.head_dim;
+  const int64_t r = shape_.vector_dim();
+  const int32_t group = shape_.group_size();
+  const bool sum = shape_.query_form == QueryForm::kGroupSum;
+  const int64_t rows_out = int64_t{shape_.layers} * shape_.query_heads();
+  out->resize(static_cast<size_t>(rows_out * r));
+  std::vector<double> v(static_cast<size_t>(d));
+  for (int32_t l = 0; l < shape_.layers; ++l) {
+    for (int32_t kv = 0; kv < shape_.kv_heads; ++kv) {
+      const int64_t plane = int64_t{l} * shape_.kv_heads + kv;
+      const double* p =
+          shape_.sketch_dim > 0 ? matrices_.data() + plane * d * r : nullptr;
+      for (int32_t g = 0; g < (sum ? 1 : group); ++g) {
+        // The group's summed query (kGroupSum), or q head kv·group + g.
+        for (int64_t j = 0; j < d; ++j) v[j] = 0.0;
+        for (int32_t h = sum ? 0 : g; h < (sum ? group : g + 1); ++h) {
+          const float* q =
+              in.data() + ((int64_t{l} * shape_.q_heads) + kv * group + h) * d;
+          for (int64_t j = 0; j < d; ++j) v[j] += q[j];
+        }
+        float* dst = out->data() + (sum ? plane : plane * group + g) * r;
+        if (p != nullptr) {
+          Project(p, v.data(), d, r, dst);
+        } else {
+          for (int64_t j = 0; j < d; ++j) dst[j] = static_cast<float>(v[j]);
+        }
+      }
+    }
+  }
+}
+
+}  // namespace entrokv

@@ -1,0 +1,218 @@
+// Sketched keys and queries (project:r, group-sum queries, scored layers):
+// the projection against a naive reference, scores of sketched sessions by
+// hand, and the configuration rules.
+
+#include "entrokv/core/sketch.h"
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core_test_util.h"
+#include "entrokv/core/backend.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace entrokv::testing {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+TEST(DefaultProjectionTest, HasOrthonormalColumnsAndDependsOnItsInputs) {
+  const int d = 128, r = 16;
+  const std::vector<double> p = DefaultProjection(42, 3, 5, d, r);
+  ASSERT_EQ(p.size(), size_t{d * r});
+  for (int a = 0; a < r; ++a) {
+    for (int b = 0; b < r; ++b) {
+      double dot = 0.0;
+      for (int j = 0; j < d; ++j) dot += p[j * r + a] * p[j * r + b];
+      EXPECT_NEAR(dot, a == b ? 1.0 : 0.0, 1e-12) << a << "," << b;
+    }
+  }
+  EXPECT_EQ(p, DefaultProjection(42, 3, 5, d, r));
+  EXPECT_NE(p, DefaultProjection(43, 3, 5, d, r));
+  EXPECT_NE(p, DefaultProjection(42, 4, 5, d, r));
+  EXPECT_NE(p, DefaultProjection(42, 3, 6, d, r));
+}
+
+TEST(DefaultProjectionTest, FirstColumnFollowsTheDocumentedConstruction) {
+  // Rebuilds column 0 from the construction in sketch.h with its own
+  // SplitMix64, for d = 4, r = 1: the normalised Irwin-Hall draws.
+  auto mix = [](uint64_t x) {
+    x += 0x9E3779B97F4A7C15ull;
+    x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
+    x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
+    return x ^ (x >> 31);
+  };
+  const uint64_t base = mix(9 ^ ((uint64_t{2} << 32) | 1));
+  std::vector<double> g(4);
+  uint64_t t = 0;
+  for (double& v : g) {
+    for (int m = 0; m < 12; ++m)
+      v += static_cast<double>(mix(base + t++) >> 11) * 0x1.0p-53;
+    v -= 6.0;
+  }
+  double norm = 0.0;
+  for (double v : g) norm += v * v;
+  norm = std::sqrt(norm);
+  const std::vector<double> p = DefaultProjection(9, 2, 1, 4, 1);
+  for (int j = 0; j < 4; ++j) EXPECT_EQ(p[j], g[j] / norm) << j;
+}
+
+SessionConfig SketchConfig(int32_t r) {
+  SessionConfig config;
+  config.shape.layers = 2;
+  config.shape.kv_heads = 2;
+  config.shape.q_heads = 4;
+  config.shape.head_dim = 8;
+  config.shape.sketch_dim = r;
+  config.shape.element_type = ElementType::kF32;
+  config.ranking = Ranking::kAffinity;
+  config.projection_seed = 3;
+  return config;
+}
+
+TEST(SketcherTest, ProjectsKeysAndQueriesLikeANaiveProduct) {
+  SessionConfig config = SketchConfig(3);
+  config.scored_layers = {5, 9};
+  auto sketcher = Sketcher::Create(config);
+  ASSERT_TRUE(sketcher.ok()) << sketcher.status();
+  std::mt19937 rng(1);
+  std::normal_distribution<float> normal;
+  std::vector<float> keys(2 * sketcher->full_key_elements());
+  for (float& v : keys) v = normal(rng);
+  std::vector<float> queries(sketcher->full_query_elements());
+  for (float& v : queries) v = normal(rng);
+  std::vector<float> sk, sq;
+  sketcher->Keys(keys, 2, &sk);
+  sketcher->Queries(queries, &sq);
+  ASSERT_EQ(sk.size(), size_t{2 * 2 * 2 * 3});
+  ASSERT_EQ(sq.size(), size_t{2 * 4 * 3});
+  for (int l = 0; l < 2; ++l) {
+    for (int g = 0; g < 2; ++g) {
+      // The matrix of sent layer l is the one of model layer 5 or 9.
+      const std::vector<double> p =
+          DefaultProjection(3, l == 0 ? 5 : 9, g, 8, 3);
+      for (int c = 0; c < 3; ++c) {
+        for (int e = 0; e < 2; ++e) {
+          double want = 0.0;
+          for (int j = 0; j < 8; ++j)
+            want += p[j * 3 + c] * keys[((e * 2 + l) * 2 + g) * 8 + j];
+          EXPECT_NEAR(sk[((e * 2 + l) * 2 + g) * 3 + c], want, 1e-5);
+        }
+        for (int h = 2 * g; h < 2 * g + 2; ++h) {
+          double want = 0.0;
+          for (int j = 0; j < 8; ++j)
+            want += p[j * 3 + c] * queries[(l * 4 + h) * 8 + j];
+          EXPECT_NEAR(sq[(l * 4 + h) * 3 + c], want, 1e-5);
+        }
+      }
+    }
+  }
+}
+
+TEST(SketcherTest, GroupSumAddsEachGroupsQueries) {
+  SessionConfig config = SketchConfig(0);
+  config.shape.query_form = QueryForm::kGroupSum;
+  auto sketcher = Sketcher::Create(config);
+  ASSERT_TRUE(sketcher.ok());
+  std::vector<float> queries(2 * 4 * 8);
+  for (size_t i = 0; i < queries.size(); ++i) queries[i] = float(i % 7);
+  std::vector<float> out;
+  sketcher->Queries(queries, &out);
+  ASSERT_EQ(out.size(), size_t{2 * 2 * 8});
+  for (int l = 0; l < 2; ++l)
+    for (int g = 0; g < 2; ++g)
+      for (int j = 0; j < 8; ++j)
+        EXPECT_EQ(out[(l * 2 + g) * 8 + j],
+                  queries[(l * 4 + 2 * g) * 8 + j] +
+                      queries[(l * 4 + 2 * g + 1) * 8 + j]);
+}
+
+TEST(SketcherTest, RejectsEngineMatricesOfTheWrongSize) {
+  auto sketcher = Sketcher::Create(SketchConfig(3), std::vector<float>(5));
+  EXPECT_THAT(std::string(sketcher.status().message()),
+              HasSubstr("projection"));
+}
+
+// A sketched session scores with the r sent numbers but scales by the
+// model's head_dim: d = 8, r = 2, z = (q0 k0 + q1 k1) / sqrt(8).
+TEST(SketchedSessionTest, ScalesByTheModelsHeadDim) {
+  SessionConfig config;
+  config.shape = TinyShape();
+  config.shape.head_dim = 8;
+  config.shape.sketch_dim = 2;
+  config.ranking = Ranking::kTova;
+  config.budget_control = BudgetControl::kFixed;
+  config.budget = 4;
+  TinySession s(config);
+  s.Append(1, 1.0f, 2.0f).Append(2, 0.0f, 0.0f);
+  s.StepWithQuery({2.0f, 1.0f});
+  const float z = 4.0f / std::sqrt(8.0f);
+  EXPECT_NEAR(s.trace().mean_logit.at(s.TraceIndex(1)), z, 1e-6);
+  // Attention over the two entries: softmax(z, 0).
+  EXPECT_NEAR(s.trace().attention.at(s.TraceIndex(1)),
+              1.0 / (1.0 + std::exp(-z)), 1e-6);
+}
+
+// A group-sum session's mean logit equals the per-head session's: with
+// q heads 2 and kv heads 1, s = (q_0·k + q_1·k) / (2 sqrt(d)).
+TEST(SketchedSessionTest, GroupSumQueriesGiveThePerHeadMeanLogit) {
+  SessionConfig config;
+  config.shape = TinyShape();
+  config.shape.q_heads = 2;
+  config.ranking = Ranking::kAffinity;
+  config.budget_control = BudgetControl::kFixed;
+  config.budget = 4;
+  SessionConfig summed = config;
+  summed.shape.query_form = QueryForm::kGroupSum;
+  TinySession per_head(config), grouped(summed);
+  per_head.Append(1, 1.0f, -2.0f);
+  grouped.Append(1, 1.0f, -2.0f);
+  per_head.StepWithQuery({1.0f, 2.0f, 3.0f, -1.0f}, 1.0);
+  grouped.StepWithQuery({4.0f, 1.0f}, 1.0);
+  // (1·1 + 2·-2 + 3·1 + -1·-2) / (2·sqrt 2) = 2 / (2 sqrt 2).
+  const float want = 1.0f / std::sqrt(2.0f);
+  EXPECT_NEAR(per_head.trace().mean_logit.at(0), want, 1e-6);
+  EXPECT_NEAR(grouped.trace().mean_logit.at(0), want, 1e-6);
+}
+
+TEST(SketchConfigTest, ValidatesSketchQueryFormAndLayers) {
+  SessionConfig config = SketchConfig(9);
+  EXPECT_THAT(std::string(ValidateSessionConfig(config).message()),
+              HasSubstr("shape.sketch_dim"));
+  config = SketchConfig(4);
+  config.shape.query_form = QueryForm::kGroupSum;
+  config.ranking = Ranking::kTova;
+  EXPECT_THAT(std::string(ValidateSessionConfig(config).message()),
+              HasSubstr("shape.query_form"));
+  config.ranking = Ranking::kAffinity;
+  EXPECT_TRUE(ValidateSessionConfig(config).ok());
+  config.scored_layers = {3};
+  EXPECT_THAT(std::string(ValidateSessionConfig(config).message()),
+              HasSubstr("scored_layers"));
+  config.scored_layers = {3, 3};
+  EXPECT_THAT(std::string(ValidateSessionConfig(config).message()),
+              HasSubstr("scored_layers"));
+  config.scored_layers = {3, 4};
+  EXPECT_TRUE(ValidateSessionConfig(config).ok());
+}
+
+TEST(SketchConfigTest, NamesAndDefaultLayers) {
+  Shape shape;
+  ASSERT_TRUE(ApplySketchName("project:16", &shape).ok());
+  EXPECT_EQ(shape.sketch_dim, 16);
+  EXPECT_EQ(SketchName(shape), "project:16");
+  ASSERT_TRUE(ApplySketchName("exact", &shape).ok());
+  EXPECT_EQ(shape.sketch_dim, 0);
+  EXPECT_FALSE(ApplySketchName("project:0", &shape).ok());
+  EXPECT_FALSE(ApplySketchName("pca:4", &shape).ok());
+  EXPECT_THAT(DefaultScoredLayers(32), ElementsAre(4, 12, 20, 28));
+  EXPECT_THAT(DefaultScoredLayers(5), ElementsAre(0, 1, 3, 4));
+  EXPECT_THAT(DefaultScoredLayers(3), ElementsAre(0, 1, 2));
+}
+
+}  // namespace
+}  // namespace entrokv::testing
