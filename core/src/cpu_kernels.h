@@ -1,7 +1,7 @@
 // The CPU scoring kernel: scaled dot products of every live key with the
 // queries of its GQA group, reading each key once for the whole group.
-// Dispatches at run time to an AVX2/FMA/F16C version when the CPU has it.
-// Thread-safe (pure function).
+// Dispatches at run time to an AVX-512 or AVX2/FMA/F16C version when the CPU
+// has it (cpu_kernels_simd.h). Thread-safe (pure functions).
 
 #ifndef ENTROKV_CORE_SRC_CPU_KERNELS_H_
 #define ENTROKV_CORE_SRC_CPU_KERNELS_H_

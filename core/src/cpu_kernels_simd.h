@@ -1,0 +1,184 @@
+// The vector CPU kernels, each written once for every ISA: a template body
+// over an ISA traits type, instantiated by cpu_kernels_avx2.cc and
+// cpu_kernels_avx512.cc, each compiled with its own -m flags (so the code
+// that dispatches, cpu_kernels.cc, is not). Thread-safe (pure functions).
+//
+// An ISA traits type `Isa` provides, all static:
+//   Vec                      the float vector type;
+//   kWidth                   floats per Vec;
+//   kSumPrefetchRows         how many key rows ahead SumKeys prefetches (0:
+//                            none);
+//   Zero()                   a Vec of zeros;
+//   LoadQuery(const float*)  kWidth floats, unaligned;
+//   LoadKey(type, p)         kWidth elements of `type` at p, as floats;
+//   Fmadd(a, b, c)           a·b + c, fused, per lane;
+//   Add(a, b)                a + b per lane;
+//   ReduceAdd(v)             the sum of the lanes, as a float;
+//   Prefetch(p)              a hint to bring p's cache line into L1.
+// Each lane accumulates its products by FMA in the order j, j + kWidth, ...;
+// the lanes are then summed by the ISA's ReduceAdd. A key's results therefore
+// depend only on the ISA, never on its position or on the other keys.
+//
+// These templates must only be instantiated in a translation unit compiled
+// for the ISA, and with traits types of internal linkage, so that no
+// instantiation can be shared with code compiled for another ISA.
+
+#ifndef ENTROKV_CORE_SRC_CPU_KERNELS_SIMD_H_
+#define ENTROKV_CORE_SRC_CPU_KERNELS_SIMD_H_
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cpu_kernels.h"
+#include "entrokv/core/element_type.h"
+
+namespace entrokv::internal {
+
+// The entry points of the per-ISA translation units (x86-64 only); each
+// switches on args.type. ScoreKeys dispatches to them when the CPU has the
+// ISA.
+//
+// Scores as ScoreKeys. REQUIRES: head_dim % 8 == 0 (AVX2), % 16 == 0
+// (AVX-512).
+void ScoreKeysAvx2(const ScoreArgs& args);
+void ScoreKeysAvx512(const ScoreArgs& args);
+// Sums only: one query per kv head (a group's summed query), no z. REQUIRES:
+// as above, and group == 1, sum != nullptr, z == nullptr.
+void SumKeysAvx2(const ScoreArgs& args);
+void SumKeysAvx512(const ScoreArgs& args);
+// AccumulateSoftmax with AVX-512.
+void AccumulateSoftmaxAvx512(float* z, int64_t rows, int64_t n, double weight,
+                             double* attention);
+
+namespace simd {
+
+// Scaled dot products of every live key with the queries of its GQA group,
+// reading each key once for the whole group: up to four query heads share
+// each converted key chunk. REQUIRES: head_dim % Isa::kWidth == 0.
+template <class Isa, ElementType kType>
+void ScoreKeys(const ScoreArgs& a) {
+  using Vec = typename Isa::Vec;
+  constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
+  const int32_t d = a.head_dim;
+  for (int32_t l = 0; l < a.layers; ++l) {
+    for (int32_t kv = 0; kv < a.kv_heads; ++kv) {
+      const std::byte* base =
+          a.keys + ((int64_t{l} * a.kv_heads + kv) * a.capacity) * d * esize;
+      const int32_t h0 = kv * a.group;
+      const float* q = a.queries + (int64_t{l} * a.kv_heads * a.group + h0) * d;
+      float* z =
+          a.z == nullptr
+              ? nullptr
+              : a.z + (int64_t{l} * a.kv_heads * a.group + h0) * a.z_stride;
+      for (int64_t p = 0; p < a.live; ++p) {
+        const std::byte* k = base + p * d * esize;
+        if (p + 2 < a.live) Isa::Prefetch(k + 2 * d * esize);
+        for (int32_t g0 = 0; g0 < a.group; g0 += 4) {
+          const int32_t ng = a.group - g0 < 4 ? a.group - g0 : 4;
+          const float* q0 = q + int64_t{g0} * d;
+          Vec acc0 = Isa::Zero(), acc1 = Isa::Zero();
+          Vec acc2 = Isa::Zero(), acc3 = Isa::Zero();
+          for (int32_t j = 0; j < d; j += Isa::kWidth) {
+            const Vec kf = Isa::LoadKey(kType, k + j * esize);
+            acc0 = Isa::Fmadd(Isa::LoadQuery(q0 + j), kf, acc0);
+            if (ng > 1) acc1 = Isa::Fmadd(Isa::LoadQuery(q0 + d + j), kf, acc1);
+            if (ng > 2) {
+              acc2 = Isa::Fmadd(Isa::LoadQuery(q0 + 2 * d + j), kf, acc2);
+            }
+            if (ng > 3) {
+              acc3 = Isa::Fmadd(Isa::LoadQuery(q0 + 3 * d + j), kf, acc3);
+            }
+          }
+          if (z != nullptr) {
+            float* zg = z + int64_t{g0} * a.z_stride + p;
+            zg[0] = Isa::ReduceAdd(acc0);
+            if (ng > 1) zg[a.z_stride] = Isa::ReduceAdd(acc1);
+            if (ng > 2) zg[2 * a.z_stride] = Isa::ReduceAdd(acc2);
+            if (ng > 3) zg[3 * a.z_stride] = Isa::ReduceAdd(acc3);
+          }
+          if (a.sum != nullptr) {
+            // Unused accumulators are zero, so one sum covers the group.
+            a.sum[p] += Isa::ReduceAdd(
+                Isa::Add(Isa::Add(acc0, acc1), Isa::Add(acc2, acc3)));
+          }
+        }
+      }
+    }
+  }
+}
+
+// One query per kv head (a group's summed query), accumulating only the sum:
+// the kernel of the mean logit. Two keys per iteration for two FMA chains.
+// REQUIRES: head_dim % Isa::kWidth == 0, group == 1, sum != nullptr,
+// z == nullptr.
+template <class Isa, ElementType kType>
+void SumKeys(const ScoreArgs& a) {
+  using Vec = typename Isa::Vec;
+  constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
+  const int32_t d = a.head_dim;
+  const int64_t row = int64_t{d} * esize;
+  for (int32_t l = 0; l < a.layers; ++l) {
+    for (int32_t kv = 0; kv < a.kv_heads; ++kv) {
+      const int64_t plane = int64_t{l} * a.kv_heads + kv;
+      const std::byte* base = a.keys + plane * a.capacity * row;
+      const float* q = a.queries + plane * d;
+      int64_t p = 0;
+      for (; p + 1 < a.live; p += 2) {
+        const std::byte* k0 = base + p * row;
+        const std::byte* k1 = k0 + row;
+        if constexpr (Isa::kSumPrefetchRows > 0) {
+          Isa::Prefetch(k0 + Isa::kSumPrefetchRows * row);
+          Isa::Prefetch(k1 + Isa::kSumPrefetchRows * row);
+        }
+        Vec acc0 = Isa::Zero(), acc1 = Isa::Zero();
+        for (int32_t j = 0; j < d; j += Isa::kWidth) {
+          const Vec qj = Isa::LoadQuery(q + j);
+          acc0 = Isa::Fmadd(qj, Isa::LoadKey(kType, k0 + j * esize), acc0);
+          acc1 = Isa::Fmadd(qj, Isa::LoadKey(kType, k1 + j * esize), acc1);
+        }
+        a.sum[p] += Isa::ReduceAdd(acc0);
+        a.sum[p + 1] += Isa::ReduceAdd(acc1);
+      }
+      for (; p < a.live; ++p) {
+        const std::byte* k0 = base + p * row;
+        Vec acc0 = Isa::Zero();
+        for (int32_t j = 0; j < d; j += Isa::kWidth) {
+          acc0 = Isa::Fmadd(Isa::LoadQuery(q + j),
+                            Isa::LoadKey(kType, k0 + j * esize), acc0);
+        }
+        a.sum[p] += Isa::ReduceAdd(acc0);
+      }
+    }
+  }
+}
+
+// ScoreKeys<Isa, args.type>.
+template <class Isa>
+void ScoreKeysForType(const ScoreArgs& a) {
+  switch (a.type) {
+    case ElementType::kF32:
+      return ScoreKeys<Isa, ElementType::kF32>(a);
+    case ElementType::kF16:
+      return ScoreKeys<Isa, ElementType::kF16>(a);
+    case ElementType::kBf16:
+      return ScoreKeys<Isa, ElementType::kBf16>(a);
+  }
+}
+
+// SumKeys<Isa, args.type>.
+template <class Isa>
+void SumKeysForType(const ScoreArgs& a) {
+  switch (a.type) {
+    case ElementType::kF32:
+      return SumKeys<Isa, ElementType::kF32>(a);
+    case ElementType::kF16:
+      return SumKeys<Isa, ElementType::kF16>(a);
+    case ElementType::kBf16:
+      return SumKeys<Isa, ElementType::kBf16>(a);
+  }
+}
+
+}  // namespace simd
+}  // namespace entrokv::internal
+
+#endif  // ENTROKV_CORE_SRC_CPU_KERNELS_SIMD_H_
