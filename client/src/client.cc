@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "convert.h"
 #include "decode_stream.h"
+#include "entrokv/core/sketch.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "proto/convert/config_convert.h"
@@ -41,6 +42,10 @@ class ClientImpl final : public Client {
       std::string_view session_id) override {
     absl::Status valid = ValidateSessionConfig(config);
     if (!valid.ok()) return valid;
+    // A bad projection is the caller's error: say so before any RPC.
+    absl::StatusOr<Sketcher> sketcher =
+        Sketcher::Create(config, options.projection);
+    if (!sketcher.ok()) return sketcher.status();
     v1::CreateSessionRequest request;
     proto::ToProto(config, request.mutable_config());
     request.set_session_id(std::string(session_id));
@@ -67,7 +72,8 @@ class ClientImpl final : public Client {
       effective = *read;
     }
     absl::StatusOr<std::unique_ptr<Session>> session =
-        Open(response.session_id(), effective, options, options.first_step, {});
+        Open(response.session_id(), effective, options, options.first_step,
+             /*steps_done=*/0, {});
     if (!session.ok()) {
       // Do not leave an unreachable session behind until the idle timeout.
       (void)CloseSession(response.session_id());
@@ -83,7 +89,8 @@ class ClientImpl final : public Client {
     const uint64_t first_step = info->stats.last_step.has_value()
                                     ? *info->stats.last_step + 1
                                     : options.first_step;
-    return Open(info->id, info->config, options, first_step, live_slots);
+    return Open(info->id, info->config, options, first_step, info->stats.steps,
+                live_slots);
   }
 
   absl::StatusOr<SessionInfo> GetSession(std::string_view session_id) override {
@@ -146,7 +153,7 @@ class ClientImpl final : public Client {
   // Opens a Decode stream and attaches `id` to it.
   absl::StatusOr<std::unique_ptr<Session>> Open(
       const std::string& id, const SessionConfig& config,
-      const SessionOptions& options, uint64_t first_step,
+      const SessionOptions& options, uint64_t first_step, int64_t steps_done,
       absl::Span<const uint64_t> live) {
     std::unique_ptr<client_internal::DecodeStream> stream =
         options.stream_api == StreamApi::kSync
@@ -170,6 +177,7 @@ class ClientImpl final : public Client {
         stub_, watchdog_, totals_, options_.rpc_deadline, id, config, options,
         first_step, std::move(stream));
     impl->SeedLive(live);
+    impl->SetStepsDone(steps_done);
     return std::make_unique<Session>(std::move(impl));
   }
 

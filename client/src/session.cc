@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstring>
+#include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +13,26 @@
 
 namespace entrokv {
 namespace {
+
+std::optional<Sketcher> MakeSketcher(const SessionConfig& config,
+                                     const SessionOptions& options,
+                                     absl::Status* status) {
+  absl::StatusOr<Sketcher> sketcher =
+      Sketcher::Create(config, options.projection);
+  if (!sketcher.ok()) {
+    *status = sketcher.status();
+    return std::nullopt;
+  }
+  return *std::move(sketcher);
+}
+
+// The view's elements as floats.
+void ToFloats(const VectorView& view, std::vector<float>* out) {
+  std::string bytes;
+  AppendConverted(view, ElementType::kF32, &bytes);
+  out->resize(view.size());
+  if (!bytes.empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
+}
 
 StreamingRule RuleFor(const SessionConfig& config) {
   StreamingRule rule;
@@ -39,7 +61,9 @@ Session::Impl::Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
       options_(options),
       rule_(RuleFor(config)),
       stream_(std::move(stream)),
-      next_step_(first_step) {}
+      next_step_(first_step),
+      first_step_(first_step),
+      sketcher_(MakeSketcher(config, options, &sketcher_status_)) {}
 
 Session::Impl::Impl(std::shared_ptr<client_internal::CounterTotals> totals,
                     const SessionConfig& config, const SessionOptions& options,
@@ -49,22 +73,49 @@ Session::Impl::Impl(std::shared_ptr<client_internal::CounterTotals> totals,
       options_(options),
       rule_(RuleFor(config)),
       next_step_(options.first_step),
+      first_step_(options.first_step),
+      sketcher_(MakeSketcher(config, options, &sketcher_status_)),
       degraded_(true),
       degraded_reason_(std::move(why)) {}
 
+bool Session::Impl::NextStepDecides(int64_t appended) const {
+  const int32_t every = config_.decide_every;
+  if (every <= 1) return true;
+  const int64_t accepted =
+      steps_done_ + static_cast<int64_t>(next_step_ - first_step_);
+  if ((accepted + 1) % every == 0) return true;
+  // The client's live count is an upper bound of the server's (evictions of
+  // steps in flight only lower it).
+  return config_.hard_ceiling > 0 &&
+         static_cast<int64_t>(live_.size()) + appended > config_.hard_ceiling;
+}
+
 absl::Status Session::Impl::Validate(const StepRequest& request,
                                      double* entropy, bool* has_entropy) const {
-  const Shape& shape = config_.shape;
+  if (!sketcher_.has_value()) return sketcher_status_;
   const size_t n = request.slot_ids.size();
-  if (request.keys.size() != n * static_cast<size_t>(shape.key_elements())) {
+  const size_t key_elements =
+      static_cast<size_t>(sketcher_->full_key_elements());
+  const size_t query_elements =
+      static_cast<size_t>(sketcher_->full_query_elements());
+  if (request.keys.size() != n * key_elements) {
     return absl::InvalidArgumentError(absl::StrCat(
         "append.keys: ", request.keys.size(), " elements, expected ", n,
-        " entries x ", shape.key_elements()));
+        " entries x ", key_elements, " (layers x kv_heads x head_dim)"));
   }
-  if (request.queries.size() != static_cast<size_t>(shape.query_elements())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("queries: ", request.queries.size(),
-                     " elements, expected ", shape.query_elements()));
+  const bool decides = NextStepDecides(static_cast<int64_t>(n));
+  if (request.queries.size() != query_elements &&
+      (decides || !request.queries.empty())) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queries: ", request.queries.size(), " elements, expected ",
+        query_elements, " (layers x q_heads x head_dim)",
+        decides && config_.decide_every > 1 ? " on a decision step" : ""));
+  }
+  if (!decides) {
+    // Nothing of the step's entropy is used or sent.
+    *has_entropy = false;
+    *entropy = 0.0;
+    return live_.CheckAppend(request.slot_ids, request.pinned);
   }
   absl::Status append = live_.CheckAppend(request.slot_ids, request.pinned);
   if (!append.ok()) return append;
@@ -139,9 +190,30 @@ absl::Status Session::Impl::StepAsyncImpl(const StepRequest& request) {
       for (const uint8_t flag : request.pinned) append->add_pinned(flag != 0);
     }
     const ElementType type = config_.shape.element_type;
-    AppendConverted(request.keys, type, append->mutable_keys());
-    AppendConverted(request.queries, type, out->mutable_queries());
-    if (!request.logits.empty() && !options_.entropy_on_client) {
+    const bool decides =
+        NextStepDecides(static_cast<int64_t>(request.slot_ids.size()));
+    if (sketcher_->identity()) {
+      AppendConverted(request.keys, type, append->mutable_keys());
+      if (decides) {
+        AppendConverted(request.queries, type, out->mutable_queries());
+      }
+    } else {
+      ToFloats(request.keys, &scratch_in_);
+      sketcher_->Keys(scratch_in_,
+                      static_cast<int64_t>(request.slot_ids.size()),
+                      &scratch_out_);
+      AppendConverted(VectorView::F32(scratch_out_), type,
+                      append->mutable_keys());
+      if (decides) {
+        ToFloats(request.queries, &scratch_in_);
+        sketcher_->Queries(scratch_in_, &scratch_out_);
+        AppendConverted(VectorView::F32(scratch_out_), type,
+                        out->mutable_queries());
+      }
+    }
+    if (!decides) {
+      // A step that decides nothing carries no queries and no entropy.
+    } else if (!request.logits.empty() && !options_.entropy_on_client) {
       out->mutable_logits()->mutable_values()->Add(request.logits.begin(),
                                                    request.logits.end());
     } else if (has_entropy) {
@@ -239,6 +311,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
   outcome.live = result.live();
   outcome.budget = result.budget();
   outcome.entropy = result.entropy();
+  outcome.deferred = result.deferred();
   outcome.latency = absl::Now() - pending.sent;
   outcome.server_compute = absl::Nanoseconds(result.compute_ns());
   ++counters_.steps;
@@ -278,6 +351,9 @@ absl::Status Session::degraded_reason() const {
   return impl_->degraded_reason();
 }
 int Session::in_flight() const { return impl_->in_flight(); }
+bool Session::NextStepDecides(int64_t appended) const {
+  return impl_->NextStepDecides(appended);
+}
 SessionCounters Session::counters() const { return impl_->counters(); }
 std::vector<uint64_t> Session::LiveSlots() const { return impl_->LiveSlots(); }
 

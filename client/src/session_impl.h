@@ -9,6 +9,7 @@
 #include <cstdint>
 #include <deque>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@
 #include "entrokv/client/live_set.h"
 #include "entrokv/client/session.h"
 #include "entrokv/core/config.h"
+#include "entrokv/core/sketch.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
 
 namespace entrokv {
@@ -43,6 +45,9 @@ class Session::Impl {
 
   // Seeds the live set (Attach).
   void SeedLive(absl::Span<const uint64_t> slots) { live_.Append(slots, {}); }
+  // Steps the server accepted before this Session (Attach), for the cadence.
+  void SetStepsDone(int64_t steps) { steps_done_ = steps; }
+  bool NextStepDecides(int64_t appended) const;
 
   const std::string& id() const { return id_; }
   const SessionConfig& config() const { return config_; }
@@ -87,6 +92,13 @@ class Session::Impl {
   std::unique_ptr<client_internal::DecodeStream> stream_;
 
   uint64_t next_step_;
+  const uint64_t first_step_;
+  int64_t steps_done_ = 0;
+  // Sums groups and projects (absent: the projection was invalid, and every
+  // step fails with sketcher_status_).
+  std::optional<Sketcher> sketcher_;
+  absl::Status sketcher_status_;
+  std::vector<float> scratch_in_, scratch_out_;
   LiveSet live_;
   std::deque<Pending> in_flight_;
   bool degraded_ = false;

@@ -833,6 +833,7 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   result->live = live();
   result->budget = budget;
   result->entropy = h;
+  result->deferred = false;
 
   if (!origin_.empty()) {
     int32_t* moves = h_moves_.as<int32_t>();

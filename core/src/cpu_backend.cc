@@ -387,6 +387,7 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   result->live = live();
   result->budget = budget;
   result->entropy = h;
+  result->deferred = false;
   return absl::OkStatus();
 }
 

@@ -154,6 +154,7 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
     result->live = live + n;
     result->budget = inner_->Stats().budget;
     result->entropy = decoded_.has_entropy ? decoded_.entropy : 0.0;
+    result->deferred = true;
     ClearTrace(trace);
     return absl::OkStatus();
   }
@@ -189,6 +190,7 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
     account_->Restore(pending_bytes);
     return st;
   }
+  result->deferred = false;
   for (uint64_t id : input.append.slot_ids) live_slots_.insert(id);
   for (uint64_t id : result->evicted) live_slots_.erase(id);
   pending_ids_.clear();

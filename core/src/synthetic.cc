@@ -19,6 +19,9 @@ uint64_t NextRandom(uint64_t* state) {
 
 SyntheticStream::SyntheticStream(const SyntheticParams& params)
     : params_(params), rng_state_(params.seed * 0xA0761D6478BD642Full + 1) {
+  // An engine's own vectors: full head_dim, one query per q head.
+  params_.shape.sketch_dim = 0;
+  params_.shape.query_form = QueryForm::kPerHead;
   const int64_t per_topic = params_.shape.key_elements();
   const int32_t topics = std::max(params_.topics, 1);
   key_centres_.resize(static_cast<size_t>(topics * per_topic));

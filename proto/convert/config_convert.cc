@@ -135,6 +135,19 @@ absl::Status FromProto(const v1::SessionConfig& proto, SessionConfig* out) {
   if (shape.has_kv_heads()) config.shape.kv_heads = shape.kv_heads();
   if (shape.has_q_heads()) config.shape.q_heads = shape.q_heads();
   if (shape.has_head_dim()) config.shape.head_dim = shape.head_dim();
+  if (shape.has_sketch_dim()) config.shape.sketch_dim = shape.sketch_dim();
+  switch (shape.query_form()) {
+    case v1::QUERY_FORM_UNSPECIFIED:
+      break;
+    case v1::QUERY_FORM_PER_HEAD:
+      config.shape.query_form = QueryForm::kPerHead;
+      break;
+    case v1::QUERY_FORM_GROUP_SUM:
+      config.shape.query_form = QueryForm::kGroupSum;
+      break;
+    default:
+      return UnknownEnum("config.shape.query_form", shape.query_form());
+  }
   ENTROKV_RETURN_IF_ERROR(
       FromProto(shape.element_type(), &config.shape.element_type));
 
@@ -199,6 +212,12 @@ absl::Status FromProto(const v1::SessionConfig& proto, SessionConfig* out) {
       FromProto(proto.block_reduce(), &config.block_reduce));
   ENTROKV_RETURN_IF_ERROR(
       FromProto(proto.placement(), "config.placement", &config.placement));
+  config.block_summary = proto.block_summary();
+  if (proto.has_decide_every()) config.decide_every = proto.decide_every();
+  if (proto.has_hard_ceiling()) config.hard_ceiling = proto.hard_ceiling();
+  config.scored_layers.assign(proto.scored_layers().begin(),
+                              proto.scored_layers().end());
+  config.projection_seed = proto.projection_seed();
 
   *out = config;
   return absl::OkStatus();
@@ -303,6 +322,10 @@ void ToProto(const SessionConfig& config, v1::SessionConfig* out) {
   shape->set_q_heads(config.shape.q_heads);
   shape->set_head_dim(config.shape.head_dim);
   shape->set_element_type(ToProto(config.shape.element_type));
+  shape->set_sketch_dim(config.shape.sketch_dim);
+  shape->set_query_form(config.shape.query_form == QueryForm::kGroupSum
+                            ? v1::QUERY_FORM_GROUP_SUM
+                            : v1::QUERY_FORM_PER_HEAD);
   out->set_budget(config.budget);
   out->set_ranking(ToProto(config.ranking));
   out->set_budget_control(ToProto(config.budget_control));
@@ -325,6 +348,12 @@ void ToProto(const SessionConfig& config, v1::SessionConfig* out) {
   out->set_block_reduce(ToProto(config.block_reduce));
   out->set_placement(ToProto(config.placement));
   out->set_policy(PolicyName(config));
+  out->set_block_summary(config.block_summary);
+  out->set_decide_every(config.decide_every);
+  out->set_hard_ceiling(config.hard_ceiling);
+  out->mutable_scored_layers()->Add(config.scored_layers.begin(),
+                                    config.scored_layers.end());
+  out->set_projection_seed(config.projection_seed);
 }
 
 void ToProto(const SessionStats& stats, v1::SessionStats* out) {

@@ -79,6 +79,12 @@ struct SessionOptions {
   // send only the entropy (true), or send the logits (false).
   bool entropy_on_client = true;
   StreamApi stream_api = StreamApi::kSync;
+  // Sketched sessions (config.shape.sketch_dim = r > 0): the engine's own
+  // projections, one head_dim x r row-major matrix per (sent layer, kv head),
+  // layer-major (e.g. PCA of its keys). Empty: the default seeded projection
+  // (entrokv/core/sketch.h). They stay in the client: the server never needs
+  // them, and an engine that attaches later must pass the same ones.
+  std::vector<float> projection;
 };
 
 // One step's input. Spans are read during the call only.
@@ -89,12 +95,17 @@ struct StepRequest {
   // Empty, or one flag per slot id: a pinned entry is never evicted.
   absl::Span<const uint8_t> pinned;
   // slot_ids.size() · layers · kv_heads · head_dim elements, laid out
-  // [entry][layer][kv_head][head_dim]; any element type (converted).
+  // [entry][layer][kv_head][head_dim]; any element type (converted). Always
+  // the model's full head_dim: for a sketched session (shape.sketch_dim > 0)
+  // the library projects them before sending.
   VectorView keys;
-  // layers · q_heads · head_dim elements, [layer][q_head][head_dim].
+  // layers · q_heads · head_dim elements, [layer][q_head][head_dim], always
+  // per q head and full head_dim: the library sums groups (group-sum query
+  // form) and projects (sketches) itself. May be empty when
+  // NextStepDecides() is false: such a step sends no queries and no entropy.
   VectorView queries;
   // The next-token entropy in nats, or the logits it is computed from. One
-  // of them is required when PolicyNeedsEntropy(config).
+  // of them is required when PolicyNeedsEntropy(config) and the step decides.
   std::optional<double> entropy;
   absl::Span<const float> logits;
 };
@@ -103,10 +114,13 @@ struct StepOutcome {
   uint64_t step = 0;
   // The slots to free now, in append order (oldest first).
   std::vector<uint64_t> evicted;
-  int64_t live = 0;               // Live entries after the evictions.
-  int64_t budget = 0;             // The step's effective budget.
-  double entropy = 0.0;           // The entropy used (0 when none was needed).
-  bool fallback = false;          // Decided locally, not by the server.
+  int64_t live = 0;       // Live entries after the evictions.
+  int64_t budget = 0;     // The step's effective budget.
+  double entropy = 0.0;   // The entropy used (0 when none was needed).
+  bool fallback = false;  // Decided locally, not by the server.
+  // The server recorded the step's entries and made no decision
+  // (decide_every > 1, not a decision step).
+  bool deferred = false;
   absl::Duration latency;         // From send to result (client side).
   absl::Duration server_compute;  // Server time in core (0 for fallbacks).
 };
@@ -147,6 +161,12 @@ class Session {
   absl::Status degraded_reason() const;
   // Steps sent and not yet collected (0, 1 or 2).
   int in_flight() const;
+  // True when the next step, appending `appended` entries, may be a decision
+  // step (decide_every = 1, every decide_every-th step, or possibly past the
+  // hard ceiling): it must then carry queries (and the entropy when the
+  // policy reads it). False: the engine may leave them out, and the library
+  // sends neither.
+  bool NextStepDecides(int64_t appended) const;
   SessionCounters counters() const;
   // Live entries as this client knows them, in append order.
   std::vector<uint64_t> LiveSlots() const;

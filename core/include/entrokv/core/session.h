@@ -53,6 +53,9 @@ struct StepResult {
   int64_t live = 0;               // Live entries after the evictions.
   int64_t budget = 0;             // The step's effective budget B_t.
   double entropy = 0.0;           // The entropy used (0 when none was sent).
+  // True when the step made no decision (decide_every > 1 and not a decision
+  // step): its entries were recorded, nothing was scored or evicted.
+  bool deferred = false;
 };
 
 // Optional per-step detail for tests, metrics and backend comparisons. Every

@@ -32,7 +32,11 @@
 namespace entrokv {
 
 struct SyntheticParams {
-  Shape shape;  // element_type is ignored: the generator produces floats.
+  // element_type is ignored: the generator produces floats. sketch_dim and
+  // query_form are too: it produces what an engine holds (full head_dim,
+  // one query per q head), which a Sketcher turns into a sketched session's
+  // wire form.
+  Shape shape;
   uint64_t seed = 1;
   int32_t topics = 6;
   double topic_length = 80.0;  // Mean steps per topic visit.
