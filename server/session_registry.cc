@@ -137,36 +137,42 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
     return state.status();
   }
 
-  absl::MutexLock lock(&mu_);
-  // Checked again: another Create() may have run meanwhile.
-  if (options_.max_sessions > 0 &&
-      static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("sessions: the server's limit of ", options_.max_sessions,
-                     " open sessions is reached"));
+  SessionSnapshot snapshot;
+  {
+    absl::MutexLock lock(&mu_);
+    // Checked again: another Create() may have run meanwhile.
+    if (options_.max_sessions > 0 &&
+        static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+      return absl::ResourceExhaustedError(
+          absl::StrCat("sessions: the server's limit of ",
+                       options_.max_sessions, " open sessions is reached"));
+    }
+    std::string id = requested_id;
+    if (id.empty()) {
+      do {
+        id = absl::StrFormat("s-%016x", absl::Uniform<uint64_t>(bitgen_));
+      } while (sessions_.contains(id));
+    } else if (sessions_.contains(id)) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("session_id: ", id, " is already in use"));
+    }
+    auto entry =
+        std::make_shared<SessionEntry>(id, *std::move(state), backend->kind());
+    entry->PublishStats();
+    const absl::Time now = absl::Now();
+    entry->detached_at_ = now;
+    sessions_.emplace(id, entry);
+    snapshot = SnapshotLocked(*entry, now);
   }
-  std::string id = requested_id;
-  if (id.empty()) {
-    do {
-      id = absl::StrFormat("s-%016x", absl::Uniform<uint64_t>(bitgen_));
-    } while (sessions_.contains(id));
-  } else if (sessions_.contains(id)) {
-    return absl::AlreadyExistsError(
-        absl::StrCat("session_id: ", id, " is already in use"));
-  }
-  auto entry =
-      std::make_shared<SessionEntry>(id, *std::move(state), backend->kind());
-  entry->PublishStats();
-  const absl::Time now = absl::Now();
-  entry->detached_at_ = now;
-  sessions_.emplace(id, entry);
-  spdlog::info("session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}", id,
-               PolicyName(entry->config()), entry->config().budget,
+  // Logged after unlocking, from the snapshot (the entry may be closed by
+  // now).
+  spdlog::info("session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}",
+               snapshot.id, PolicyName(snapshot.config), snapshot.config.budget,
                config.shape.layers, config.shape.q_heads, config.shape.kv_heads,
                config.shape.head_dim,
                ElementTypeName(config.shape.element_type),
                BackendKindName(backend->kind()));
-  return SnapshotLocked(*entry, now);
+  return snapshot;
 }
 
 absl::StatusOr<SessionSnapshot> SessionRegistry::Close(const std::string& id) {

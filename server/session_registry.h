@@ -6,7 +6,8 @@
 //
 // Ownership and locking: the registry's map and each entry's attachment are
 // guarded by one absl::Mutex, taken by create / close / get / list / attach /
-// detach / reap — never per step. While a stream holds a session (Attach()
+// detach / reap — never per step — and never held while logging (a slow log
+// sink must not stall other streams). While a stream holds a session (Attach()
 // returned its entry) that stream alone calls the entry's SessionState, with no
 // lock; after each step it publishes the session's stats into the entry's
 // atomics (PublishStats()), which Get() / List() read. Close() only marks the
