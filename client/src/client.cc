@@ -1,7 +1,10 @@
 #include "entrokv/client/client.h"
 
+#include <algorithm>
 #include <utility>
+#include <vector>
 
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "convert.h"
 #include "decode_stream.h"
@@ -24,6 +27,28 @@ bool IsUnreachable(const absl::Status& status) {
          status.code() == absl::StatusCode::kDeadlineExceeded;
 }
 
+class ClientImpl;
+
+class DecodeBatchImpl final : public DecodeBatch {
+ public:
+  DecodeBatchImpl(ClientImpl* client,
+                  std::unique_ptr<client_internal::DecodeStream> stream)
+      : client_(client), stream_(std::move(stream)) {}
+
+  absl::StatusOr<std::unique_ptr<Session>> CreateSession(
+      const SessionConfig& config, const SessionOptions& options,
+      std::string_view session_id) override;
+
+  std::vector<absl::StatusOr<StepOutcome>> Step(
+      absl::Span<const BatchStep> steps) override;
+
+  client_internal::DecodeStream* stream() { return stream_.get(); }
+
+ private:
+  ClientImpl* const client_;
+  const std::unique_ptr<client_internal::DecodeStream> stream_;
+};
+
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options,
@@ -40,6 +65,22 @@ class ClientImpl final : public Client {
   absl::StatusOr<std::unique_ptr<Session>> CreateSession(
       const SessionConfig& config, const SessionOptions& options,
       std::string_view session_id) override {
+    return CreateSessionOn(config, options, session_id, nullptr);
+  }
+
+  std::unique_ptr<DecodeBatch> CreateBatch(StreamApi api) override {
+    return std::make_unique<DecodeBatchImpl>(
+        this, api == StreamApi::kSync
+                  ? client_internal::OpenSyncDecodeStream(stub_.get(),
+                                                          watchdog_.get())
+                  : client_internal::OpenCallbackDecodeStream(stub_.get()));
+  }
+
+  // Creates a server session and attaches it to a stream of its own, or to
+  // `batch`'s.
+  absl::StatusOr<std::unique_ptr<Session>> CreateSessionOn(
+      const SessionConfig& config, const SessionOptions& options,
+      std::string_view session_id, DecodeBatchImpl* batch) {
     absl::Status valid = ValidateSessionConfig(config);
     if (!valid.ok()) return valid;
     // A bad projection is the caller's error: say so before any RPC.
@@ -73,7 +114,7 @@ class ClientImpl final : public Client {
     }
     absl::StatusOr<std::unique_ptr<Session>> session =
         Open(response.session_id(), effective, options, options.first_step,
-             /*steps_done=*/0, {});
+             /*steps_done=*/0, {}, batch);
     if (!session.ok()) {
       // Do not leave an unreachable session behind until the idle timeout.
       (void)CloseSession(response.session_id());
@@ -90,7 +131,7 @@ class ClientImpl final : public Client {
                                     ? *info->stats.last_step + 1
                                     : options.first_step;
     return Open(info->id, info->config, options, first_step, info->stats.steps,
-                live_slots);
+                live_slots, nullptr);
   }
 
   absl::StatusOr<SessionInfo> GetSession(std::string_view session_id) override {
@@ -154,17 +195,21 @@ class ClientImpl final : public Client {
   absl::StatusOr<std::unique_ptr<Session>> Open(
       const std::string& id, const SessionConfig& config,
       const SessionOptions& options, uint64_t first_step, int64_t steps_done,
-      absl::Span<const uint64_t> live) {
-    std::unique_ptr<client_internal::DecodeStream> stream =
-        options.stream_api == StreamApi::kSync
-            ? client_internal::OpenSyncDecodeStream(stub_.get(),
-                                                    watchdog_.get())
-            : client_internal::OpenCallbackDecodeStream(stub_.get());
+      absl::Span<const uint64_t> live, DecodeBatchImpl* batch) {
+    std::unique_ptr<client_internal::DecodeStream> stream;
+    if (batch == nullptr) {
+      stream = options.stream_api == StreamApi::kSync
+                   ? client_internal::OpenSyncDecodeStream(stub_.get(),
+                                                           watchdog_.get())
+                   : client_internal::OpenCallbackDecodeStream(stub_.get());
+    }
+    client_internal::DecodeStream* via =
+        batch == nullptr ? stream.get() : batch->stream();
     auto attach = std::make_unique<v1::DecodeRequest>();
     attach->add_attach(id);
     const absl::Time deadline = absl::Now() + options.attach_deadline;
-    stream->Send(std::move(attach), deadline);
-    absl::StatusOr<v1::DecodeResponse> response = stream->Next(deadline);
+    via->Send(std::move(attach), deadline);
+    absl::StatusOr<v1::DecodeResponse> response = via->Next(deadline);
     if (!response.ok()) return response.status();
     if (response->attach_results_size() != 1) {
       return absl::InternalError(absl::StrCat("entrokv: attach answered with ",
@@ -178,6 +223,7 @@ class ClientImpl final : public Client {
         first_step, std::move(stream));
     impl->SeedLive(live);
     impl->SetStepsDone(steps_done);
+    if (batch != nullptr) impl->SetBatch(batch);
     return std::make_unique<Session>(std::move(impl));
   }
 
@@ -186,6 +232,66 @@ class ClientImpl final : public Client {
   std::shared_ptr<client_internal::DeadlineWatchdog> watchdog_;
   std::shared_ptr<client_internal::CounterTotals> totals_;
 };
+
+absl::StatusOr<std::unique_ptr<Session>> DecodeBatchImpl::CreateSession(
+    const SessionConfig& config, const SessionOptions& options,
+    std::string_view session_id) {
+  absl::StatusOr<std::unique_ptr<Session>> session =
+      client_->CreateSessionOn(config, options, session_id, this);
+  // An offline session has no stream; it still steps through the batch.
+  if (session.ok()) (*session)->impl()->SetBatch(this);
+  return session;
+}
+
+std::vector<absl::StatusOr<StepOutcome>> DecodeBatchImpl::Step(
+    absl::Span<const BatchStep> steps) {
+  std::vector<absl::StatusOr<StepOutcome>> out(
+      steps.size(), absl::InternalError("entrokv: not stepped"));
+  auto message = std::make_unique<v1::DecodeRequest>();
+  std::vector<int> index(steps.size(), -1);  // Result position, or -1.
+  std::vector<bool> prepared(steps.size(), false);
+  absl::flat_hash_set<const Session*> seen;
+  absl::Duration deadline = absl::InfiniteDuration();
+  for (size_t i = 0; i < steps.size(); ++i) {
+    Session* session = steps[i].session;
+    if (session == nullptr || session->impl()->batch() != this) {
+      out[i] = absl::InvalidArgumentError(absl::StrCat(
+          "steps[", i, "].session: not a session of this DecodeBatch"));
+      continue;
+    }
+    if (!seen.insert(session).second) {
+      out[i] = absl::InvalidArgumentError(
+          absl::StrCat("steps[", i, "].session: appears twice in the batch"));
+      continue;
+    }
+    v1::SessionStep* wire = message->add_steps();
+    bool sent = false;
+    absl::Status status =
+        session->impl()->PrepareBatched(steps[i].request, wire, &sent);
+    if (!sent) message->mutable_steps()->RemoveLast();
+    if (!status.ok()) {
+      out[i] = status;
+      continue;
+    }
+    prepared[i] = true;
+    if (sent) {
+      index[i] = message->steps_size() - 1;
+      deadline = std::min(deadline, session->impl()->step_deadline());
+    }
+  }
+  absl::StatusOr<v1::DecodeResponse> response =
+      absl::UnavailableError("entrokv: nothing was sent");
+  if (message->steps_size() > 0) {
+    const absl::Time until = absl::Now() + deadline;
+    stream_->Send(std::move(message), until);
+    response = stream_->Next(until);
+  }
+  for (size_t i = 0; i < steps.size(); ++i) {
+    if (!prepared[i]) continue;
+    out[i] = steps[i].session->impl()->CollectBatched(response, index[i]);
+  }
+  return out;
+}
 
 }  // namespace
 

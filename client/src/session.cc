@@ -164,10 +164,30 @@ absl::Status Session::Impl::StepAsyncImpl(const StepRequest& request) {
   if (closed_) {
     return absl::FailedPreconditionError("entrokv: the session is closed");
   }
+  if (batch_ != nullptr) {
+    return absl::FailedPreconditionError(
+        "entrokv: this session belongs to a DecodeBatch; step it with "
+        "DecodeBatch::Step");
+  }
   if (in_flight_.size() >= 2) {
     return absl::FailedPreconditionError(
         "entrokv: two steps in flight already; Collect() first");
   }
+  std::unique_ptr<v1::DecodeRequest> message;
+  if (!degraded_) message = std::make_unique<v1::DecodeRequest>();
+  absl::Status prepared =
+      Prepare(request, message == nullptr ? nullptr : message->add_steps());
+  if (!prepared.ok()) return prepared;
+  if (message != nullptr) {
+    counters_.bytes_sent += static_cast<int64_t>(message->ByteSizeLong());
+    stream_->Send(std::move(message),
+                  in_flight_.back().sent + options_.step_deadline);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::Impl::Prepare(const StepRequest& request,
+                                    v1::SessionStep* out) {
   double entropy = 0.0;
   bool has_entropy = false;
   absl::Status valid = Validate(request, &entropy, &has_entropy);
@@ -177,9 +197,7 @@ absl::Status Session::Impl::StepAsyncImpl(const StepRequest& request) {
   }
   const absl::Time now = absl::Now();
   const uint64_t step = next_step_;
-  if (!degraded_) {
-    auto message = std::make_unique<v1::DecodeRequest>();
-    v1::SessionStep* out = message->add_steps();
+  if (out != nullptr) {
     out->set_session_id(id_);
     out->set_step(step);
     v1::Append* append = out->mutable_append();
@@ -219,16 +237,65 @@ absl::Status Session::Impl::StepAsyncImpl(const StepRequest& request) {
     } else if (has_entropy) {
       out->set_entropy(entropy);
     }
-    counters_.bytes_sent += static_cast<int64_t>(message->ByteSizeLong());
-    stream_->Send(std::move(message), now + options_.step_deadline);
   }
   live_.Append(request.slot_ids, request.pinned);
   in_flight_.push_back(Pending{
       step,
       std::vector<uint64_t>(request.slot_ids.begin(), request.slot_ids.end()),
-      now, entropy, degraded_});
+      now, entropy, out == nullptr});
   ++next_step_;
   return absl::OkStatus();
+}
+
+absl::Status Session::Impl::PrepareBatched(const StepRequest& request,
+                                           v1::SessionStep* out, bool* sent) {
+  const SessionCounters before = counters_;
+  absl::Status status;
+  *sent = false;
+  if (closed_) {
+    status = absl::FailedPreconditionError("entrokv: the session is closed");
+  } else if (!in_flight_.empty()) {
+    status = absl::FailedPreconditionError(
+        "entrokv: a step of this session is already in flight");
+  } else {
+    status = Prepare(request, degraded_ ? nullptr : out);
+    *sent = status.ok() && !degraded_;
+    if (*sent)
+      counters_.bytes_sent += static_cast<int64_t>(out->ByteSizeLong());
+  }
+  totals_->AddDelta(before, counters_);
+  return status;
+}
+
+absl::StatusOr<StepOutcome> Session::Impl::CollectBatched(
+    const absl::StatusOr<v1::DecodeResponse>& response, int index) {
+  const SessionCounters before = counters_;
+  absl::StatusOr<StepOutcome> outcome = [&]() -> absl::StatusOr<StepOutcome> {
+    Pending pending = std::move(in_flight_.front());
+    in_flight_.pop_front();
+    if (pending.local) {
+      return Fallback(
+          pending, stub_ == nullptr ? Cause::kUnavailable : Cause::kDegraded);
+    }
+    if (!response.ok()) {
+      const bool deadline =
+          response.status().code() == absl::StatusCode::kDeadlineExceeded;
+      Degrade(response.status());
+      return Fallback(pending,
+                      deadline ? Cause::kDeadline : Cause::kUnavailable);
+    }
+    if (index < 0 || index >= response->results_size() ||
+        response->results(index).session_id() != id_) {
+      Degrade(absl::InternalError(
+          "entrokv: a batch response without this session's result"));
+      return Fallback(pending, Cause::kUnavailable);
+    }
+    counters_.bytes_received +=
+        static_cast<int64_t>(response->results(index).ByteSizeLong());
+    return Finish(pending, response->results(index));
+  }();
+  totals_->AddDelta(before, counters_);
+  return outcome;
 }
 
 void Session::Impl::Degrade(absl::Status why) {
@@ -294,7 +361,11 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
                                              " results")));
     return Fallback(pending, Cause::kUnavailable);
   }
-  const v1::SessionStepResult& result = response->results(0);
+  return Finish(pending, response->results(0));
+}
+
+absl::StatusOr<StepOutcome> Session::Impl::Finish(
+    const Pending& pending, const v1::SessionStepResult& result) {
   absl::Status status = client_internal::FromProto(result.status());
   if (!status.ok()) {
     // The server left the session unchanged: forget the step's entries, and

@@ -63,6 +63,19 @@ class Session::Impl {
   absl::StatusOr<StepOutcome> Collect();
   absl::Status Close();
 
+  // DecodeBatch's halves (batch.h): sessions of a batch share its stream.
+  void SetBatch(const void* batch) { batch_ = batch; }
+  const void* batch() const { return batch_; }
+  // Validates and records a step; fills `out` (a step of the batch's
+  // message) when the session is online, and says so in `sent`.
+  absl::Status PrepareBatched(const StepRequest& request, v1::SessionStep* out,
+                              bool* sent);
+  // Settles the step prepared last from the batch's response (`index`: its
+  // result's position; any value when it was not sent).
+  absl::StatusOr<StepOutcome> CollectBatched(
+      const absl::StatusOr<v1::DecodeResponse>& response, int index);
+  absl::Duration step_deadline() const { return options_.step_deadline; }
+
  private:
   absl::Status StepAsyncImpl(const StepRequest& request);
   absl::StatusOr<StepOutcome> CollectImpl();
@@ -76,6 +89,11 @@ class Session::Impl {
     bool local;  // Not sent: decided locally when collected.
   };
 
+  // Validates `request`, writes its wire form into `out` (unless null: the
+  // step is decided locally) and records it in flight.
+  absl::Status Prepare(const StepRequest& request, v1::SessionStep* out);
+  absl::StatusOr<StepOutcome> Finish(const Pending& pending,
+                                     const v1::SessionStepResult& result);
   absl::Status Validate(const StepRequest& request, double* entropy,
                         bool* has_entropy) const;
   void Degrade(absl::Status why);
@@ -104,6 +122,7 @@ class Session::Impl {
   bool degraded_ = false;
   absl::Status degraded_reason_;
   bool closed_ = false;
+  const void* batch_ = nullptr;  // The DecodeBatch that steps this session.
   SessionCounters counters_;
 };
 

@@ -23,6 +23,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
+#include "entrokv/client/batch.h"
 #include "entrokv/client/session.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/session.h"
@@ -100,6 +101,12 @@ class Client {
       ServerInfo* server = nullptr) = 0;
   // Closes a session by id and frees its state. Errors: NotFound.
   virtual absl::Status CloseSession(std::string_view session_id) = 0;
+
+  // A batch of sessions that step together, one message per decode
+  // iteration (batch.h). Opens its stream; does not wait for the server.
+  // `api` chooses the stream implementation as SessionOptions::stream_api.
+  virtual std::unique_ptr<DecodeBatch> CreateBatch(
+      StreamApi api = StreamApi::kSync) = 0;
 };
 
 }  // namespace entrokv

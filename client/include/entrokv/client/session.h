@@ -200,6 +200,9 @@ class Session {
   // Later steps fail with FailedPrecondition. Idempotent.
   absl::Status Close();
 
+  // The library's state behind this Session (internal).
+  Impl* impl() { return impl_.get(); }
+
  private:
   std::unique_ptr<Impl> impl_;
 };

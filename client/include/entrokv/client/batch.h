@@ -1,0 +1,67 @@
+// DecodeBatch: the steps of many sessions in one message, as an engine's
+// decode batch produces them.
+//
+// An engine decodes many sequences per iteration. A DecodeBatch owns one
+// Decode stream; the sessions created through it are attached to that
+// stream, and DecodeBatch::Step() sends one step for each of them in a single
+// DecodeRequest and waits for the single DecodeResponse that answers them
+// all: one round trip per decode iteration, whatever the batch size.
+//
+// Per-session guarantees are those of session.h: each step is validated on
+// its own (a bad step gets its own error and leaves its session unchanged,
+// the others go on); a session that is degraded (offline at creation, or
+// after a fallback) decides locally with the `streaming` rule and keeps its
+// budget. The deadline of a batch step is the smallest step_deadline of the
+// sessions in it, counted from the send; when it passes, or the stream
+// breaks, every session in that message decides locally and is degraded from
+// then on (they share the stream).
+//
+// Sessions of a batch are stepped only through it (Session::Step and friends
+// answer FailedPrecondition); Session::Close(), counters(), LiveSlots() work
+// as usual. A Session may outlive its DecodeBatch, but cannot step then.
+//
+// Thread-safety: a DecodeBatch is used by one thread at a time (the engine's
+// scheduler loop). It must not outlive the Client that created it.
+
+#ifndef ENTROKV_CLIENT_BATCH_H_
+#define ENTROKV_CLIENT_BATCH_H_
+
+#include <memory>
+#include <string_view>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "absl/types/span.h"
+#include "entrokv/client/session.h"
+#include "entrokv/core/config.h"
+
+namespace entrokv {
+
+struct BatchStep {
+  Session* session = nullptr;  // Created by this DecodeBatch.
+  StepRequest request;
+};
+
+class DecodeBatch {
+ public:
+  virtual ~DecodeBatch() = default;
+
+  // Creates a server session (as Client::CreateSession) attached to this
+  // batch's stream. With options.offline_when_unavailable an unreachable
+  // server yields an offline session. `options.stream_api` is ignored (the
+  // batch's stream serves every session).
+  virtual absl::StatusOr<std::unique_ptr<Session>> CreateSession(
+      const SessionConfig& config, const SessionOptions& options = {},
+      std::string_view session_id = {}) = 0;
+
+  // Sends one step for each entry of `steps` (each session at most once) in
+  // one message and returns, in the same order, each step's outcome or its
+  // error. A session's error does not affect the others.
+  virtual std::vector<absl::StatusOr<StepOutcome>> Step(
+      absl::Span<const BatchStep> steps) = 0;
+};
+
+}  // namespace entrokv
+
+#endif  // ENTROKV_CLIENT_BATCH_H_
