@@ -17,8 +17,9 @@ cmake --build "$build" -j "$(nproc)" --target entrokv-server entrokv_loadgen
 
 run_dir=$(mktemp -d /tmp/entrokv-demo.XXXXXX)
 socket="$run_dir/entrokv.sock"
+# --enable_echo: the report compares Decode with the bare Echo RPC.
 "$build/server/entrokv-server" --listen "unix:$socket" --log_level info \
-  >"$run_dir/server.log" 2>&1 &
+  --enable_echo >"$run_dir/server.log" 2>&1 &
 server_pid=$!
 stop_server() {
   if kill -0 "$server_pid" 2>/dev/null; then

@@ -19,6 +19,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "google/protobuf/stubs/logging.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
@@ -38,6 +39,29 @@ ABSL_FLAG(int64_t, max_gpu_bytes, 0,
           "Most bytes of session state held on the GPU (0: unlimited)");
 ABSL_FLAG(int64_t, max_message_bytes, int64_t{64} << 20,
           "Largest message accepted or sent, in bytes");
+ABSL_FLAG(int64_t, max_streams, 1024,
+          "Most Decode and Echo streams open at once, all clients together; "
+          "past it a new stream ends RESOURCE_EXHAUSTED (0: unlimited)");
+ABSL_FLAG(int64_t, max_steps_per_message, 1024,
+          "Most entries in each of a Decode message's attach, steps and "
+          "detach lists; a longer message ends its stream RESOURCE_EXHAUSTED, "
+          "none of it run");
+ABSL_FLAG(int64_t, max_steps_per_session_per_message, 16,
+          "Most steps of one session in one Decode message; past it each of "
+          "that session's steps is answered RESOURCE_EXHAUSTED, none run");
+ABSL_FLAG(bool, enable_echo, false,
+          "Serve the Echo RPC (entrokv-loadgen's transport baseline); off, "
+          "Echo ends UNIMPLEMENTED");
+ABSL_FLAG(int64_t, max_echo_bytes, int64_t{1} << 20,
+          "Largest Echo reply payload, in bytes (0: up to the max message "
+          "size)");
+ABSL_FLAG(int64_t, grpc_memory_bytes, 0,
+          "gRPC resource quota for its own buffers, in bytes (0: the larger "
+          "of 1 GiB and 4 x --max_message_bytes; else at least 2 x "
+          "--max_message_bytes)");
+ABSL_FLAG(int32_t, grpc_max_threads, 16,
+          "gRPC resource quota: threads for its synchronous services "
+          "(reflection); at least 4");
 ABSL_FLAG(absl::Duration, idle_timeout, absl::Minutes(5),
           "A session detached from every stream for this long is reclaimed");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
@@ -46,6 +70,22 @@ ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(bool, gpu, true, "Use the CUDA backend when a device is present");
 ABSL_FLAG(int32_t, gpu_device, 0, "CUDA device ordinal");
+
+namespace {
+
+// protobuf reports some malformed client messages (a string that is not
+// UTF-8) at ERROR on stderr; the service answers them INVALID_ARGUMENT, so
+// here they are debug lines, and a client cannot flood the log with them.
+void LogProtobuf(google::protobuf::LogLevel level, const char* file, int line,
+                 const std::string& message) {
+  if (level >= google::protobuf::LOGLEVEL_FATAL) {
+    spdlog::critical("protobuf {}:{}: {}", file, line, message);
+  } else {
+    spdlog::debug("protobuf {}:{}: {}", file, line, message);
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -67,6 +107,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   spdlog::set_level(level);
+  google::protobuf::SetLogHandler(&LogProtobuf);
 
   // Signals are taken synchronously by this thread; block them before any
   // other thread (gRPC's) exists so that none of those receives them.
@@ -83,6 +124,14 @@ int main(int argc, char** argv) {
   options.max_bytes = absl::GetFlag(FLAGS_max_bytes);
   options.max_gpu_bytes = absl::GetFlag(FLAGS_max_gpu_bytes);
   options.max_message_bytes = absl::GetFlag(FLAGS_max_message_bytes);
+  options.max_streams = absl::GetFlag(FLAGS_max_streams);
+  options.max_steps_per_message = absl::GetFlag(FLAGS_max_steps_per_message);
+  options.max_steps_per_session_per_message =
+      absl::GetFlag(FLAGS_max_steps_per_session_per_message);
+  options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
+  options.max_echo_bytes = absl::GetFlag(FLAGS_max_echo_bytes);
+  options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);
+  options.grpc_max_threads = absl::GetFlag(FLAGS_grpc_max_threads);
   options.idle_timeout = absl::GetFlag(FLAGS_idle_timeout);
   options.use_gpu = absl::GetFlag(FLAGS_gpu);
   options.gpu_device = absl::GetFlag(FLAGS_gpu_device);

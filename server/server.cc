@@ -13,6 +13,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #endif
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
 #include "server/status_conversion.h"
@@ -22,6 +23,13 @@ namespace entrokv::server {
 namespace {
 
 constexpr char kServiceName[] = "entrokv.v1.EntroKv";
+// gRPC's synchronous services (reflection) need a few threads to start.
+constexpr int kMinGrpcThreads = 4;
+
+int64_t GrpcMemoryBytes(const ServerOptions& options) {
+  if (options.grpc_memory_bytes > 0) return options.grpc_memory_bytes;
+  return std::max<int64_t>(int64_t{1} << 30, 4 * options.max_message_bytes);
+}
 
 bool IsUnixAddress(const std::string& address) {
   return absl::StartsWith(address, "unix:") ||
@@ -93,6 +101,31 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         absl::StrCat("max_message_bytes: must be in [1, ", INT_MAX, "]"));
   }
+  if (options.max_streams < 0) {
+    return absl::InvalidArgumentError("max_streams: negative");
+  }
+  if (options.max_steps_per_message <= 0) {
+    return absl::InvalidArgumentError("max_steps_per_message: must be >= 1");
+  }
+  if (options.max_steps_per_session_per_message <= 0) {
+    return absl::InvalidArgumentError(
+        "max_steps_per_session_per_message: must be >= 1");
+  }
+  if (options.max_echo_bytes < 0) {
+    return absl::InvalidArgumentError("max_echo_bytes: negative");
+  }
+  if (options.grpc_memory_bytes < 0 ||
+      (options.grpc_memory_bytes > 0 &&
+       options.grpc_memory_bytes < 2 * options.max_message_bytes)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "grpc_memory_bytes: must be 0 (automatic) or at least twice "
+        "max_message_bytes (",
+        2 * options.max_message_bytes, ")"));
+  }
+  if (options.grpc_max_threads < kMinGrpcThreads) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("grpc_max_threads: must be >= ", kMinGrpcThreads));
+  }
   if (options.idle_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("idle_timeout: must be positive");
   }
@@ -137,6 +170,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   limits.max_message_bytes = options.max_message_bytes;
   limits.max_bytes = options.max_bytes;
   limits.max_gpu_bytes = options.max_gpu_bytes;
+  limits.max_streams = options.max_streams;
+  limits.max_steps_per_message = options.max_steps_per_message;
+  limits.max_steps_per_session_per_message =
+      options.max_steps_per_session_per_message;
+  limits.enable_echo = options.enable_echo;
+  limits.max_echo_bytes = options.max_echo_bytes;
   server->service_ =
       std::make_unique<EntroKvService>(server->registry_.get(), limits);
 
@@ -153,6 +192,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   builder.AddChannelArgument(
       GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 5000);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  // gRPC's own buffers and threads: under memory pressure it shrinks flow
+  // control windows, stops accepting connections and cancels calls rather
+  // than growing without bound.
+  grpc::ResourceQuota quota("entrokv");
+  quota.Resize(static_cast<size_t>(GrpcMemoryBytes(options)));
+  quota.SetMaxThreads(options.grpc_max_threads);
+  builder.SetResourceQuota(quota);
   builder.SetMaxReceiveMessageSize(static_cast<int>(options.max_message_bytes));
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   std::vector<int> ports(options.listen.size(), 0);
@@ -192,10 +238,17 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   spdlog::info(
       "entrokv server listening on {}; backends: {}; max_sessions {}, "
       "max_live_entries {}, max_bytes {}, max_gpu_bytes {}, "
-      "max_message_bytes {}, idle_timeout {}",
+      "max_message_bytes {}, max_streams {}, max_steps_per_message {}, "
+      "max_steps_per_session_per_message {}, echo {}, grpc_memory_bytes {}, "
+      "grpc_max_threads {}, idle_timeout {}",
       absl::StrJoin(server->targets_, ", "), server->DescribeBackends(),
       options.max_sessions, options.max_live_entries, options.max_bytes,
-      options.max_gpu_bytes, options.max_message_bytes,
+      options.max_gpu_bytes, options.max_message_bytes, options.max_streams,
+      options.max_steps_per_message, options.max_steps_per_session_per_message,
+      options.enable_echo
+          ? absl::StrCat("on (max_echo_bytes ", options.max_echo_bytes, ")")
+          : std::string("off"),
+      GrpcMemoryBytes(options), options.grpc_max_threads,
       absl::FormatDuration(options.idle_timeout));
   return server;
 }

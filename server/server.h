@@ -8,6 +8,13 @@
 // "unix:/path"). A reaper thread reclaims sessions detached for longer than
 // the idle timeout.
 //
+// Resource bounds: the work of one Decode message (max_steps_per_message,
+// max_steps_per_session_per_message) is refused before any of it is done;
+// each stream has at most one request in flight (the service reads the next
+// only after answering), so streams (max_streams) times max_message_bytes
+// bounds what requests hold; gRPC's own buffers and threads are bounded by a
+// grpc::ResourceQuota (grpc_memory_bytes, grpc_max_threads).
+//
 // Shutdown() sets health to NOT_SERVING, stops accepting calls, lets open
 // streams run until the drain deadline, then cancels what is left and waits
 // for every call to end. It is idempotent; the destructor calls it with no
@@ -42,6 +49,19 @@ struct ServerOptions {
   int64_t max_bytes = int64_t{8} << 30;  // CPU bytes held; 0: unlimited.
   int64_t max_gpu_bytes = 0;             // GPU bytes held; 0: unlimited.
   int64_t max_message_bytes = 64 << 20;  // Each way.
+  // Decode and Echo streams open at once, all clients together; 0: unlimited.
+  int64_t max_streams = 1024;
+  // Entries in each of a DecodeRequest's attach, steps and detach lists.
+  int64_t max_steps_per_message = 1024;
+  // Steps of one session in one DecodeRequest.
+  int64_t max_steps_per_session_per_message = 16;
+  bool enable_echo = false;          // The load-test baseline RPC.
+  int64_t max_echo_bytes = 1 << 20;  // Largest Echo reply; 0: unlimited.
+  // gRPC's ResourceQuota: memory for its buffers (0: the larger of 1 GiB and
+  // 4 * max_message_bytes; else at least 2 * max_message_bytes) and threads
+  // for its synchronous services (reflection).
+  int64_t grpc_memory_bytes = 0;
+  int grpc_max_threads = 16;
   absl::Duration idle_timeout = absl::Minutes(5);
   // How often the reaper looks; zero: min(idle_timeout / 4, 1 s).
   absl::Duration reap_interval = absl::ZeroDuration();
@@ -70,6 +90,8 @@ class Server {
   void Wait();
 
   SessionRegistry& registry() { return *registry_; }
+  // Decode and Echo streams open now.
+  int64_t open_streams() const { return service_->open_streams(); }
   const ServerOptions& options() const { return options_; }
   std::string DescribeBackends() const;
 

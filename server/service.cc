@@ -1,17 +1,27 @@
 #include "server/service.h"
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
+#include <cstdint>
+#include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "entrokv/core/session.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/proto_buffer_reader.h"
 #include "proto/convert/config_convert.h"
 #include "server/status_conversion.h"
 #include "spdlog/spdlog.h"
@@ -19,10 +29,15 @@
 namespace entrokv::server {
 namespace {
 
+using ::google::protobuf::internal::WireFormatLite;
 using proto::FromProto;
 using proto::ToProto;
 
 static_assert(sizeof(bool) == 1, "pinned flags are read as bytes");
+
+constexpr uint64_t kLastStepNumber = std::numeric_limits<uint64_t>::max();
+// Session ids a status or log line names before "and N more".
+constexpr size_t kIdsNamed = 8;
 
 void FillInfo(const SessionSnapshot& snapshot, v1::SessionInfo* out) {
   out->set_session_id(snapshot.id);
@@ -37,12 +52,87 @@ absl::Status RequireSessionId(const std::string& id) {
   return absl::OkStatus();
 }
 
+// Parses `bytes` (left unchanged) into `out`. Errors: InvalidArgument naming
+// the message type.
+absl::Status ParseMessage(grpc::ByteBuffer* bytes,
+                          google::protobuf::MessageLite* out) {
+  if (!bytes->Valid()) {  // No payload at all: the empty message.
+    out->Clear();
+    return absl::OkStatus();
+  }
+  grpc::ProtoBufferReader reader(bytes);
+  if (reader.status().ok() && out->ParseFromZeroCopyStream(&reader)) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(
+      out->GetTypeName(), ": the message (", bytes->Length(),
+      " bytes) could not be parsed: malformed protobuf, or a string field "
+      "that is not UTF-8"));
+}
+
+template <typename Message>
+absl::Status SerializeMessage(const Message& message, grpc::ByteBuffer* out) {
+  out->Clear();
+  bool own_buffer = false;
+  const grpc::Status status =
+      grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("could not serialize the ",
+                                            message.GetTypeName(), ": ",
+                                            status.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+// "a, b, c", or the first kIdsNamed ids and "and N more".
+std::string NameIds(const std::vector<std::string>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size() && i < kIdsNamed; ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ", ", ids[i]);
+  }
+  if (ids.size() > kIdsNamed) {
+    absl::StrAppend(&out, " and ", ids.size() - kIdsNamed, " more");
+  }
+  return out;
+}
+
 grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
                                       const absl::Status& status) {
   grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
   reactor->Finish(ToGrpcStatus(status));
   return reactor;
 }
+
+// A unary call on raw bytes: parses the request (InvalidArgument when it
+// cannot), runs `handler(request, &response)`, serializes the response.
+template <typename Request, typename Response, typename Handler>
+grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
+                                     const grpc::ByteBuffer* request_bytes,
+                                     grpc::ByteBuffer* response_bytes,
+                                     Handler handler) {
+  Request request;
+  Response response;
+  grpc::ByteBuffer bytes(*request_bytes);  // Shares the slices.
+  absl::Status status = ParseMessage(&bytes, &request);
+  if (!status.ok()) {
+    spdlog::debug("{} from {}: {}", request.GetTypeName(), context->peer(),
+                  status.ToString());
+    return FinishUnary(context, status);
+  }
+  status = handler(request, &response);
+  if (status.ok()) status = SerializeMessage(response, response_bytes);
+  return FinishUnary(context, status);
+}
+
+// A stream refused before it starts: ends with `status` at once.
+class RefusedStream final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit RefusedStream(const absl::Status& status) {
+    Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+};
 
 // One Decode stream. Reads and writes strictly alternate (a request is read
 // only after the previous response was written), so at most one of this
@@ -52,13 +142,22 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 // alive through `attached_`: the stream alone may touch that state, so it
 // alone frees it, at the start of the next message it handles (or when it
 // ends). A closed session therefore holds its bytes for at most one message.
+//
+// Work per message is bounded before any of it is done: the request's
+// top-level entries are counted on the raw bytes (CheckCounts()), and the
+// steps of each session counted before the first step runs.
 class DecodeReactor final
-    : public grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  DecodeReactor(SessionRegistry* registry, std::string peer)
-      : registry_(registry), peer_(std::move(peer)) {
+  // `open_streams` was incremented for this stream; OnDone() decrements it.
+  DecodeReactor(SessionRegistry* registry, const ServiceLimits& limits,
+                std::atomic<int64_t>* open_streams, std::string peer)
+      : registry_(registry),
+        limits_(limits),
+        open_streams_(open_streams),
+        peer_(std::move(peer)) {
     spdlog::debug("decode stream from {} opened", peer_);
-    StartRead(&request_);
+    StartRead(&request_bytes_);
   }
 
   void OnReadDone(bool ok) override {
@@ -70,8 +169,15 @@ class DecodeReactor final
       Finish(grpc::Status::OK);
       return;
     }
-    Handle();
-    StartWrite(&response_);
+    ++messages_;
+    absl::Status status = Handle();
+    request_bytes_.Clear();
+    if (status.ok()) status = SerializeMessage(response_, &response_bytes_);
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    StartWrite(&response_bytes_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -80,19 +186,49 @@ class DecodeReactor final
       Finish(ToGrpcStatus(absl::CancelledError("decode stream broken")));
       return;
     }
-    StartRead(&request_);
+    StartRead(&request_bytes_);
   }
 
   void OnDone() override {
     DetachAll();
+    open_streams_->fetch_sub(1, std::memory_order_relaxed);
     spdlog::debug("decode stream from {} ended after {} steps", peer_, steps_);
     delete this;
   }
 
  private:
-  void DetachAll() {
-    for (auto& [id, entry] : attached_) registry_->Detach(*entry, this);
+  // What a message's steps of one session share.
+  struct SessionInMessage {
+    int64_t steps = 0;
+    absl::Status refused;  // Not OK: why none of its steps may run.
+  };
+
+  // Lets go of every session; returns the ids of those still open.
+  std::vector<std::string> DetachAll() {
+    std::vector<std::string> ids;
+    for (auto& [id, entry] : attached_) {
+      if (!entry->closed()) ids.push_back(id);
+      registry_->Detach(*entry, this);
+    }
     attached_.clear();
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+
+  // Ends the stream with `why`, after detaching its sessions; the status and
+  // a warning say which.
+  void End(const absl::Status& why) {
+    const std::vector<std::string> ids = DetachAll();
+    const absl::Status status(
+        why.code(),
+        absl::StrCat(why.message(), " (message ", messages_,
+                     " of the stream); the stream ends",
+                     ids.empty()
+                         ? ""
+                         : absl::StrCat(" and its sessions ", NameIds(ids),
+                                        " were detached")));
+    spdlog::warn("decode stream from {}: {}", peer_, status.ToString());
+    Finish(ToGrpcStatus(status));
   }
 
   // Lets go of the sessions closed since the last message, freeing their
@@ -108,7 +244,38 @@ class DecodeReactor final
     }
   }
 
-  void Handle() {
+  // Counts the request's attach, steps and detach entries on the raw bytes,
+  // stopping at the first list past the limit, so that an over-long message
+  // costs at most `max_steps_per_message` skipped entries per list. Bytes
+  // that are not a protobuf message are left to the parse that follows.
+  absl::Status CheckCounts() {
+    const int64_t max = limits_.max_steps_per_message;
+    if (!request_bytes_.Valid()) return absl::OkStatus();
+    grpc::ProtoBufferReader reader(&request_bytes_);
+    if (!reader.status().ok()) return absl::OkStatus();
+    google::protobuf::io::CodedInputStream input(&reader);
+    constexpr const char* kLists[] = {"", "attach", "steps", "detach"};
+    int64_t counts[4] = {0, 0, 0, 0};
+    for (uint32_t tag = input.ReadTag(); tag != 0; tag = input.ReadTag()) {
+      const int field = WireFormatLite::GetTagFieldNumber(tag);
+      if (field >= 1 && field <= 3 && ++counts[field] > max) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            kLists[field], ": more than ", max,
+            " entries in one DecodeRequest, the server's limit "
+            "(--max_steps_per_message); none of the message was run"));
+      }
+      if (!WireFormatLite::SkipField(&input, tag)) break;
+    }
+    return absl::OkStatus();
+  }
+
+  // Not OK: the stream must end with this status.
+  absl::Status Handle() {
+    if (absl::Status status = CheckCounts(); !status.ok()) return status;
+    if (absl::Status status = ParseMessage(&request_bytes_, &request_);
+        !status.ok()) {
+      return status;
+    }
     ReleaseClosed();
     response_.Clear();
     for (int i = 0; i < request_.attach_size(); ++i) {
@@ -120,12 +287,15 @@ class DecodeReactor final
                       result->mutable_status());
       }
     }
+    SortStepsBySession();
     for (int i = 0; i < request_.steps_size(); ++i) {
       const v1::SessionStep& step = request_.steps(i);
       v1::SessionStepResult* result = response_.add_results();
       result->set_session_id(step.session_id());
       result->set_step(step.step());
-      const absl::Status status = RunStep(step, result);
+      const SessionInMessage& session = in_message_[step.session_id()];
+      const absl::Status status =
+          session.refused.ok() ? RunStep(step, result) : session.refused;
       if (!status.ok()) {
         result->clear_evicted();
         result->clear_live();
@@ -144,6 +314,36 @@ class DecodeReactor final
       if (!status.ok()) {
         ToProtoStatus(PrefixMessage(absl::StrCat("detach[", i, "]."), status),
                       result->mutable_status());
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Fills `in_message_`: each session's step count in this message, and why
+  // its steps may not run (over the per-session limit, or not held by this
+  // stream: one registry look-up per session, not per step).
+  void SortStepsBySession() {
+    in_message_.clear();
+    for (const v1::SessionStep& step : request_.steps()) {
+      ++in_message_[step.session_id()].steps;
+    }
+    const int64_t max = limits_.max_steps_per_session_per_message;
+    for (auto& [id, session] : in_message_) {
+      if (session.steps > max) {
+        session.refused = absl::ResourceExhaustedError(absl::StrCat(
+            "session_id: session ", id, " has ", session.steps,
+            " steps in this message, more than the server's limit of ", max,
+            " (--max_steps_per_session_per_message); none of them was run"));
+      } else if (!attached_.contains(id)) {
+        const std::string name(id);
+        if (registry_->Contains(name)) {
+          session.refused = absl::FailedPreconditionError(
+              absl::StrCat("session_id: session ", name,
+                           " is not attached to this stream; attach it first"));
+        } else {
+          session.refused = absl::NotFoundError(
+              absl::StrCat("session_id: no open session ", name));
+        }
       }
     }
   }
@@ -165,7 +365,7 @@ class DecodeReactor final
     if (absl::Status status = RequireSessionId(id); !status.ok()) return status;
     auto it = attached_.find(id);
     if (it == attached_.end()) {
-      if (registry_->Get(id).ok()) {
+      if (registry_->Contains(id)) {
         return absl::FailedPreconditionError(absl::StrCat(
             "session_id: session ", id, " is not attached to this stream"));
       }
@@ -182,15 +382,11 @@ class DecodeReactor final
     return absl::OkStatus();
   }
 
+  // REQUIRES: the step's session is in `attached_` (SortStepsBySession()).
   absl::Status RunStep(const v1::SessionStep& step,
                        v1::SessionStepResult* out) {
     auto it = attached_.find(step.session_id());
     if (it == attached_.end()) {
-      if (registry_->Get(step.session_id()).ok()) {
-        return absl::FailedPreconditionError(
-            absl::StrCat("session_id: session ", step.session_id(),
-                         " is not attached to this stream; attach it first"));
-      }
       return absl::NotFoundError(
           absl::StrCat("session_id: no open session ", step.session_id()));
     }
@@ -201,6 +397,21 @@ class DecodeReactor final
       attached_.erase(it);
       return absl::NotFoundError(absl::StrCat(
           "session_id: session ", step.session_id(), " was closed"));
+    }
+    // No number follows 2^64-1: a session that started there could never
+    // step again, and one that reached it has used its numbers up.
+    const std::optional<uint64_t> last_step = entry.last_step();
+    if (!last_step.has_value() && step.step() == kLastStepNumber) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "step: ", kLastStepNumber,
+          " (2^64-1) cannot be a session's first step: no step number could "
+          "follow it; start below it"));
+    }
+    if (last_step.has_value() && *last_step == kLastStepNumber) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "step: the session's last step was ", kLastStepNumber,
+          " (2^64-1), so its step numbers are used up; close it and open a "
+          "new session"));
     }
 
     StepInput input;
@@ -244,6 +455,7 @@ class DecodeReactor final
     out->set_live(result_.live);
     out->set_budget(result_.budget);
     out->set_entropy(result_.entropy);
+    out->set_deferred(result_.deferred);
     out->set_compute_ns(
         std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
             .count());
@@ -251,12 +463,19 @@ class DecodeReactor final
   }
 
   SessionRegistry* const registry_;
+  const ServiceLimits& limits_;
+  std::atomic<int64_t>* const open_streams_;
   const std::string peer_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer response_bytes_;
   v1::DecodeRequest request_;
   v1::DecodeResponse response_;
   StepResult result_;  // Reused across steps.
   int64_t steps_ = 0;
+  int64_t messages_ = 0;
   absl::flat_hash_map<std::string, std::shared_ptr<SessionEntry>> attached_;
+  // Keys view `request_`; valid while one message is handled.
+  absl::flat_hash_map<absl::string_view, SessionInMessage> in_message_;
 };
 
 // Room left in a reply of `reply_bytes` for the EchoMessage's own framing (a
@@ -266,11 +485,12 @@ constexpr int64_t kEchoOverheadBytes = 64;
 
 // Echo: answers each message with one message and does nothing else.
 class EchoReactor final
-    : public grpc::ServerBidiReactor<v1::EchoMessage, v1::EchoMessage> {
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
-  explicit EchoReactor(int64_t max_message_bytes)
-      : max_message_bytes_(max_message_bytes) {
-    StartRead(&request_);
+  // `open_streams` was incremented for this stream; OnDone() decrements it.
+  EchoReactor(const ServiceLimits& limits, std::atomic<int64_t>* open_streams)
+      : limits_(limits), open_streams_(open_streams) {
+    StartRead(&request_bytes_);
   }
 
   void OnReadDone(bool ok) override {
@@ -278,23 +498,15 @@ class EchoReactor final
       Finish(grpc::Status::OK);
       return;
     }
-    if (request_.has_reply_bytes()) {
-      // The reply must fit the send limit whole, framing included; past it
-      // gRPC would end the stream CANCELLED instead.
-      const int64_t most =
-          std::max<int64_t>(0, max_message_bytes_ - kEchoOverheadBytes);
-      if (max_message_bytes_ > 0 && int64_t{request_.reply_bytes()} > most) {
-        Finish(ToGrpcStatus(absl::InvalidArgumentError(absl::StrCat(
-            "reply_bytes: ", request_.reply_bytes(),
-            " does not fit the server's max message size ", max_message_bytes_,
-            " (at most ", most, " payload bytes)"))));
-        return;
-      }
-      reply_.mutable_payload()->assign(request_.reply_bytes(), '\0');
-    } else {
-      reply_.mutable_payload()->swap(*request_.mutable_payload());
+    absl::Status status = ParseMessage(&request_bytes_, &request_);
+    request_bytes_.Clear();
+    if (status.ok()) status = MakeReply();
+    if (status.ok()) status = SerializeMessage(reply_, &reply_bytes_);
+    if (!status.ok()) {
+      Finish(ToGrpcStatus(status));
+      return;
     }
-    StartWrite(&reply_);
+    StartWrite(&reply_bytes_);
   }
 
   void OnWriteDone(bool ok) override {
@@ -302,13 +514,52 @@ class EchoReactor final
       Finish(ToGrpcStatus(absl::CancelledError("echo stream broken")));
       return;
     }
-    StartRead(&request_);
+    StartRead(&request_bytes_);
   }
 
-  void OnDone() override { delete this; }
+  void OnDone() override {
+    open_streams_->fetch_sub(1, std::memory_order_relaxed);
+    delete this;
+  }
 
  private:
-  const int64_t max_message_bytes_;
+  absl::Status MakeReply() {
+    const int64_t max_message = limits_.max_message_bytes;
+    const int64_t max_echo = limits_.max_echo_bytes;
+    if (request_.has_reply_bytes()) {
+      const int64_t bytes = request_.reply_bytes();
+      // The reply must fit the send limit whole, framing included; past it
+      // gRPC would end the stream CANCELLED instead.
+      const int64_t most =
+          std::max<int64_t>(0, max_message - kEchoOverheadBytes);
+      if (max_message > 0 && bytes > most) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("reply_bytes: ", bytes,
+                         " does not fit the server's max message size ",
+                         max_message, " (at most ", most, " payload bytes)"));
+      }
+      if (max_echo > 0 && bytes > max_echo) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            "reply_bytes: ", bytes, " exceeds the server's limit of ", max_echo,
+            " bytes per Echo reply (--max_echo_bytes)"));
+      }
+      reply_.mutable_payload()->assign(static_cast<size_t>(bytes), '\0');
+      return absl::OkStatus();
+    }
+    const int64_t bytes = static_cast<int64_t>(request_.payload().size());
+    if (max_echo > 0 && bytes > max_echo) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "payload: ", bytes, " bytes exceed the server's limit of ", max_echo,
+          " bytes per Echo reply (--max_echo_bytes)"));
+    }
+    reply_.mutable_payload()->swap(*request_.mutable_payload());
+    return absl::OkStatus();
+  }
+
+  const ServiceLimits& limits_;
+  std::atomic<int64_t>* const open_streams_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer reply_bytes_;
   v1::EchoMessage request_;
   v1::EchoMessage reply_;
 };
@@ -316,83 +567,128 @@ class EchoReactor final
 }  // namespace
 
 grpc::ServerUnaryReactor* EntroKvService::CreateSession(
-    grpc::CallbackServerContext* context,
-    const v1::CreateSessionRequest* request,
-    v1::CreateSessionResponse* response) {
-  SessionConfig config;
-  if (absl::Status status = FromProto(request->config(), &config);
-      !status.ok()) {
-    return FinishUnary(context, status);
-  }
-  absl::StatusOr<SessionSnapshot> snapshot = registry_->Create(
-      config, request->session_id(), request->config().placement_fallback());
-  if (!snapshot.ok()) {
-    spdlog::warn("CreateSession from {} rejected: {}", context->peer(),
-                 snapshot.status().ToString());
-    return FinishUnary(context, snapshot.status());
-  }
-  response->set_session_id(snapshot->id);
-  FillInfo(*snapshot, response->mutable_session());
-  return FinishUnary(context, absl::OkStatus());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return ServeUnary<v1::CreateSessionRequest, v1::CreateSessionResponse>(
+      context, request_bytes, response_bytes,
+      [&](const v1::CreateSessionRequest& request,
+          v1::CreateSessionResponse* response) -> absl::Status {
+        SessionConfig config;
+        if (absl::Status status = FromProto(request.config(), &config);
+            !status.ok()) {
+          return status;
+        }
+        absl::StatusOr<SessionSnapshot> snapshot =
+            registry_->Create(config, request.session_id(),
+                              request.config().placement_fallback());
+        if (!snapshot.ok()) {
+          spdlog::warn("CreateSession from {} rejected: {}", context->peer(),
+                       snapshot.status().ToString());
+          return snapshot.status();
+        }
+        response->set_session_id(snapshot->id);
+        FillInfo(*snapshot, response->mutable_session());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* EntroKvService::CloseSession(
-    grpc::CallbackServerContext* context,
-    const v1::CloseSessionRequest* request,
-    v1::CloseSessionResponse* response) {
-  if (absl::Status status = RequireSessionId(request->session_id());
-      !status.ok()) {
-    return FinishUnary(context, status);
-  }
-  absl::StatusOr<SessionSnapshot> snapshot =
-      registry_->Close(request->session_id());
-  if (!snapshot.ok()) return FinishUnary(context, snapshot.status());
-  FillInfo(*snapshot, response->mutable_session());
-  return FinishUnary(context, absl::OkStatus());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return ServeUnary<v1::CloseSessionRequest, v1::CloseSessionResponse>(
+      context, request_bytes, response_bytes,
+      [&](const v1::CloseSessionRequest& request,
+          v1::CloseSessionResponse* response) -> absl::Status {
+        if (absl::Status status = RequireSessionId(request.session_id());
+            !status.ok()) {
+          return status;
+        }
+        absl::StatusOr<SessionSnapshot> snapshot =
+            registry_->Close(request.session_id());
+        if (!snapshot.ok()) return snapshot.status();
+        FillInfo(*snapshot, response->mutable_session());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* EntroKvService::GetSession(
-    grpc::CallbackServerContext* context, const v1::GetSessionRequest* request,
-    v1::GetSessionResponse* response) {
-  if (absl::Status status = RequireSessionId(request->session_id());
-      !status.ok()) {
-    return FinishUnary(context, status);
-  }
-  absl::StatusOr<SessionSnapshot> snapshot =
-      registry_->Get(request->session_id());
-  if (!snapshot.ok()) return FinishUnary(context, snapshot.status());
-  FillInfo(*snapshot, response->mutable_session());
-  return FinishUnary(context, absl::OkStatus());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return ServeUnary<v1::GetSessionRequest, v1::GetSessionResponse>(
+      context, request_bytes, response_bytes,
+      [&](const v1::GetSessionRequest& request,
+          v1::GetSessionResponse* response) -> absl::Status {
+        if (absl::Status status = RequireSessionId(request.session_id());
+            !status.ok()) {
+          return status;
+        }
+        absl::StatusOr<SessionSnapshot> snapshot =
+            registry_->Get(request.session_id());
+        if (!snapshot.ok()) return snapshot.status();
+        FillInfo(*snapshot, response->mutable_session());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* EntroKvService::ListSessions(
-    grpc::CallbackServerContext* context,
-    const v1::ListSessionsRequest* request,
-    v1::ListSessionsResponse* response) {
-  const std::vector<SessionSnapshot> sessions = registry_->List();
-  for (const SessionSnapshot& snapshot : sessions) {
-    FillInfo(snapshot, response->add_sessions());
+    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
+    grpc::ByteBuffer* response_bytes) {
+  return ServeUnary<v1::ListSessionsRequest, v1::ListSessionsResponse>(
+      context, request_bytes, response_bytes,
+      [&](const v1::ListSessionsRequest&,
+          v1::ListSessionsResponse* response) -> absl::Status {
+        const std::vector<SessionSnapshot> sessions = registry_->List();
+        for (const SessionSnapshot& snapshot : sessions) {
+          FillInfo(snapshot, response->add_sessions());
+        }
+        v1::ServerStats* server = response->mutable_server();
+        server->set_sessions(static_cast<int64_t>(sessions.size()));
+        server->set_max_sessions(registry_->options().max_sessions);
+        server->set_bytes_held(registry_->cpu_bytes_held());
+        server->set_max_bytes(limits_.max_bytes);
+        server->set_gpu_bytes_held(registry_->gpu_bytes_held());
+        server->set_max_gpu_bytes(limits_.max_gpu_bytes);
+        server->set_max_live_entries(registry_->options().max_live_entries);
+        server->set_gpu_available(registry_->gpu_available());
+        return absl::OkStatus();
+      });
+}
+
+bool EntroKvService::TryOpenStream() {
+  const int64_t before = open_streams_.fetch_add(1, std::memory_order_relaxed);
+  if (limits_.max_streams > 0 && before >= limits_.max_streams) {
+    open_streams_.fetch_sub(1, std::memory_order_relaxed);
+    return false;
   }
-  v1::ServerStats* server = response->mutable_server();
-  server->set_sessions(static_cast<int64_t>(sessions.size()));
-  server->set_max_sessions(registry_->options().max_sessions);
-  server->set_bytes_held(registry_->cpu_bytes_held());
-  server->set_max_bytes(limits_.max_bytes);
-  server->set_gpu_bytes_held(registry_->gpu_bytes_held());
-  server->set_max_gpu_bytes(limits_.max_gpu_bytes);
-  server->set_max_live_entries(registry_->options().max_live_entries);
-  server->set_gpu_available(registry_->gpu_available());
-  return FinishUnary(context, absl::OkStatus());
+  return true;
 }
 
-grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse>*
+absl::Status EntroKvService::TooManyStreams(
+    grpc::CallbackServerContext* context) const {
+  const absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
+      "streams: the server's limit of ", limits_.max_streams,
+      " open Decode and Echo streams (--max_streams) is reached; retry when "
+      "one has ended"));
+  spdlog::warn("stream from {} refused: {}", context->peer(),
+               status.ToString());
+  return status;
+}
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 EntroKvService::Decode(grpc::CallbackServerContext* context) {
-  return new DecodeReactor(registry_, context->peer());
+  if (!TryOpenStream()) return new RefusedStream(TooManyStreams(context));
+  return new DecodeReactor(registry_, limits_, &open_streams_, context->peer());
 }
 
-grpc::ServerBidiReactor<v1::EchoMessage, v1::EchoMessage>* EntroKvService::Echo(
-    grpc::CallbackServerContext* context) {
-  return new EchoReactor(limits_.max_message_bytes);
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
+EntroKvService::Echo(grpc::CallbackServerContext* context) {
+  if (!limits_.enable_echo) {
+    return new RefusedStream(absl::UnimplementedError(
+        "Echo is disabled on this server; start entrokv-server with "
+        "--enable_echo for the load-test baseline"));
+  }
+  if (!TryOpenStream()) return new RefusedStream(TooManyStreams(context));
+  return new EchoReactor(limits_, &open_streams_);
 }
 
 }  // namespace entrokv::server

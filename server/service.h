@@ -4,64 +4,108 @@
 // SessionRegistry. Each Decode stream is a ServerBidiReactor that reads one
 // DecodeRequest, applies it (attach, steps, detach) and writes one
 // DecodeResponse before reading the next, so a stream's callbacks never run
-// concurrently and the sessions it holds are stepped without a lock. A failed
-// step is answered in its result and leaves the stream open. When a stream
-// ends, for any reason, its sessions are detached (they stay attachable until
-// the idle timeout). Echo is a bare ping-pong reactor: the transport baseline.
+// concurrently, at most one of its requests is in flight, and the sessions it
+// holds are stepped without a lock. A failed step is answered in its result
+// and leaves the stream open. When a stream ends, for any reason, its sessions
+// are detached (they stay attachable until the idle timeout). Echo is a bare
+// ping-pong reactor (the transport baseline), off unless enabled.
 //
-// Thread-safety: gRPC calls the service from its own threads; the service
-// holds no mutable state besides the registry (thread-safe) and the per-stream
-// reactors. The registry must outlive the gRPC server that serves this
-// service (i.e. until Server::Wait() has returned).
+// Every method is registered raw (grpc::ByteBuffer in and out) and parses its
+// messages itself: gRPC's generated handlers answer a request they cannot
+// parse with UNIMPLEMENTED and no message (unary) or end the stream OK (bidi),
+// which hides the client's mistake. Here a malformed request is
+// INVALID_ARGUMENT naming the message type, and a Decode stream that receives
+// one ends with that status after detaching its sessions (the status and a
+// warning name them). Raw parsing also lets a Decode message be refused
+// before it is parsed: the top-level fields of the request are counted first,
+// and a message with more than ServiceLimits::max_steps_per_message attach,
+// step or detach entries ends the stream with RESOURCE_EXHAUSTED naming the
+// limit, none of it run.
+//
+// Thread-safety: gRPC calls the service from its own threads; the service's
+// own mutable state is the registry (thread-safe), an atomic count of open
+// streams and the per-stream reactors. The registry must outlive the gRPC
+// server that serves this service (i.e. until Server::Wait() has returned).
 
 #ifndef ENTROKV_SERVER_SERVICE_H_
 #define ENTROKV_SERVER_SERVICE_H_
 
+#include <atomic>
 #include <cstdint>
 
+#include "absl/status/status.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "server/session_registry.h"
 
 namespace entrokv::server {
 
-// Limits the service reports (ListSessions) or enforces itself.
+// Limits the service reports (ListSessions) or enforces itself. Each is
+// named in the status of a call it refuses by the server flag that sets it.
 struct ServiceLimits {
-  int64_t max_message_bytes = 0;  // Bounds Echo's reply_bytes; 0: unbounded.
+  int64_t max_message_bytes = 0;  // Bounds Echo's replies; 0: unbounded.
   int64_t max_bytes = 0;          // CPU bytes (enforced by the backend).
   int64_t max_gpu_bytes = 0;      // GPU bytes (enforced by the backend).
+  // Decode and Echo streams open at once; past it a new stream ends
+  // RESOURCE_EXHAUSTED at once. 0: unlimited.
+  int64_t max_streams = 0;
+  // Entries of each of a DecodeRequest's attach, steps and detach lists;
+  // past it the stream ends RESOURCE_EXHAUSTED. REQUIRES: > 0.
+  int64_t max_steps_per_message = 1024;
+  // Steps of one session in one DecodeRequest; past it each of that
+  // session's steps in the message is answered RESOURCE_EXHAUSTED and none
+  // runs. REQUIRES: > 0.
+  int64_t max_steps_per_session_per_message = 16;
+  bool enable_echo = false;    // Off: Echo ends UNIMPLEMENTED at once.
+  int64_t max_echo_bytes = 0;  // Largest Echo reply payload; 0: unbounded.
 };
 
-class EntroKvService final : public v1::EntroKv::CallbackService {
+// Every method raw, so that the service parses (and refuses) messages itself.
+using RawEntroKvService = v1::EntroKv::WithRawCallbackMethod_CreateSession<
+    v1::EntroKv::WithRawCallbackMethod_CloseSession<
+        v1::EntroKv::WithRawCallbackMethod_GetSession<
+            v1::EntroKv::WithRawCallbackMethod_ListSessions<
+                v1::EntroKv::WithRawCallbackMethod_Decode<
+                    v1::EntroKv::WithRawCallbackMethod_Echo<
+                        v1::EntroKv::Service>>>>>>;
+
+class EntroKvService final : public RawEntroKvService {
  public:
   // REQUIRES: registry != nullptr and outlives the service's calls.
   EntroKvService(SessionRegistry* registry, const ServiceLimits& limits)
       : registry_(registry), limits_(limits) {}
 
-  grpc::ServerUnaryReactor* CreateSession(
-      grpc::CallbackServerContext* context,
-      const v1::CreateSessionRequest* request,
-      v1::CreateSessionResponse* response) override;
-  grpc::ServerUnaryReactor* CloseSession(
-      grpc::CallbackServerContext* context,
-      const v1::CloseSessionRequest* request,
-      v1::CloseSessionResponse* response) override;
-  grpc::ServerUnaryReactor* GetSession(
-      grpc::CallbackServerContext* context,
-      const v1::GetSessionRequest* request,
-      v1::GetSessionResponse* response) override;
-  grpc::ServerUnaryReactor* ListSessions(
-      grpc::CallbackServerContext* context,
-      const v1::ListSessionsRequest* request,
-      v1::ListSessionsResponse* response) override;
+  grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
+                                          const grpc::ByteBuffer* request,
+                                          grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* CloseSession(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* GetSession(grpc::CallbackServerContext* context,
+                                       const grpc::ByteBuffer* request,
+                                       grpc::ByteBuffer* response) override;
+  grpc::ServerUnaryReactor* ListSessions(grpc::CallbackServerContext* context,
+                                         const grpc::ByteBuffer* request,
+                                         grpc::ByteBuffer* response) override;
 
-  grpc::ServerBidiReactor<v1::DecodeRequest, v1::DecodeResponse>* Decode(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Decode(
       grpc::CallbackServerContext* context) override;
-  grpc::ServerBidiReactor<v1::EchoMessage, v1::EchoMessage>* Echo(
+  grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Echo(
       grpc::CallbackServerContext* context) override;
+
+  // Decode and Echo streams open now.
+  int64_t open_streams() const {
+    return open_streams_.load(std::memory_order_relaxed);
+  }
 
  private:
+  // Takes a stream slot (false: --max_streams is reached).
+  bool TryOpenStream();
+  absl::Status TooManyStreams(grpc::CallbackServerContext* context) const;
+
   SessionRegistry* const registry_;
   const ServiceLimits limits_;
+  std::atomic<int64_t> open_streams_{0};
 };
 
 }  // namespace entrokv::server

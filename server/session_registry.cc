@@ -48,6 +48,11 @@ void SessionEntry::PublishStats() {
                    std::memory_order_release);
 }
 
+std::optional<uint64_t> SessionEntry::last_step() const {
+  if (!has_last_step_.load(std::memory_order_relaxed)) return std::nullopt;
+  return last_step_.load(std::memory_order_relaxed);
+}
+
 SessionStats SessionEntry::PublishedStats() const {
   SessionStats stats;
   stats.placement =
@@ -248,6 +253,11 @@ void SessionRegistry::Detach(SessionEntry& entry, const void* owner) {
   if (entry.owner_ != owner) return;
   entry.owner_ = nullptr;
   entry.detached_at_ = absl::Now();
+}
+
+bool SessionRegistry::Contains(const std::string& id) const {
+  absl::MutexLock lock(&mu_);
+  return sessions_.contains(id);
 }
 
 int SessionRegistry::Reap(absl::Time now) {

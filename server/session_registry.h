@@ -24,6 +24,7 @@
 #include <atomic>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -58,6 +59,10 @@ class SessionEntry {
   void PublishStats();
   // The stats last published; safe from any thread.
   SessionStats PublishedStats() const;
+
+  // The number of the last accepted step, as last published (current for
+  // the attached stream); nullopt before the first.
+  std::optional<uint64_t> last_step() const;
 
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
@@ -121,6 +126,8 @@ class SessionRegistry {
   absl::StatusOr<SessionSnapshot> Close(const std::string& id);
 
   absl::StatusOr<SessionSnapshot> Get(const std::string& id) const;
+  // Whether a session of this id is open.
+  bool Contains(const std::string& id) const;
   std::vector<SessionSnapshot> List() const;  // Ordered by id.
 
   // Makes `owner` the session's only stream. Attaching a session `owner`

@@ -316,6 +316,74 @@ TEST_F(LimitTest, MessageTooLargeEndsOnlyThatStream) {
 }
 
 // ---------------------------------------------------------------------------
+// Step numbers at the top of the 64-bit range.
+
+class StepNumberTest : public ServerTest {
+ protected:
+  void SetUp() override {
+    StartServer();
+    SessionConfig config;
+    config.shape = SmallShape(ElementType::kF32);
+    config.budget = 8;
+    config.ranking = Ranking::kWindow;
+    config.budget_control = BudgetControl::kFixed;
+    config.placement = Placement::kCpu;
+    ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse created,
+                         CreateSession(stub_.get(), ToWireConfig(config)));
+    id_ = created.session_id();
+    stream_ = std::make_unique<DecodeStream>(stub_.get());
+    ASSERT_OK(stream_->Attach(id_));
+  }
+
+  // A good step numbered `number`, appending one fresh slot.
+  v1::SessionStep StepNumbered(uint64_t number) {
+    WireStepSource source(SmallShape(ElementType::kF32), number, id_,
+                          /*prefill=*/1, /*first_slot=*/next_slot_++);
+    source.set_first_step(number);
+    return source.Next();
+  }
+
+  std::string id_;
+  std::unique_ptr<DecodeStream> stream_;
+  uint64_t next_slot_ = 1;
+};
+
+constexpr uint64_t kMaxStep = std::numeric_limits<uint64_t>::max();
+
+// No step number can follow 2^64-1, so a session that started there could
+// never step again: the first step is refused, naming `step`, and the session
+// is unchanged and can start at a usable number.
+TEST_F(StepNumberTest, FirstStepOfTwoToThe64MinusOneIsRefused) {
+  const absl::StatusOr<v1::SessionStepResult> refused =
+      stream_->Step(StepNumbered(kMaxStep));
+  EXPECT_STATUS_CODE(refused, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("steps[0].step"));
+  EXPECT_THAT(refused.status().message(), HasSubstr("first step"));
+  ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, GetSession(stub_.get(), id_));
+  EXPECT_EQ(info.stats().steps(), 0);
+  EXPECT_FALSE(info.stats().has_last_step());
+
+  ASSERT_OK_AND_ASSIGN(v1::SessionStepResult first,
+                       stream_->Step(StepNumbered(kMaxStep - 1)));
+  EXPECT_EQ(first.step(), kMaxStep - 1);
+  EXPECT_EQ(first.live(), 1);
+}
+
+// A session that reached 2^64-1 the only way left (starting at 2^64-2) is
+// told that its step numbers are used up, not "got 0, expected 0".
+TEST_F(StepNumberTest, SessionAtTheLastNumberSaysItsNumbersAreUsedUp) {
+  ASSERT_OK(stream_->Step(StepNumbered(kMaxStep - 1)));
+  ASSERT_OK(stream_->Step(StepNumbered(kMaxStep)));
+  const absl::StatusOr<v1::SessionStepResult> next =
+      stream_->Step(StepNumbered(0));  // 2^64 on the wire's uint64.
+  EXPECT_STATUS_CODE(next, absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(next.status().message(), HasSubstr("steps[0].step"));
+  EXPECT_THAT(next.status().message(), HasSubstr("used up"));
+  ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, GetSession(stub_.get(), id_));
+  EXPECT_EQ(info.stats().steps(), 2);
+}
+
+// ---------------------------------------------------------------------------
 // Bad CreateSession / unary inputs.
 
 class BadCreateTest : public ServerTest {

@@ -127,8 +127,15 @@ TEST_F(ConcurrencyTest, SixtyFourSessionsWithoutCrossTalk) {
 
 class EchoTest : public ServerTest {};
 
+ServerOptions EchoOptions() {
+  ServerOptions options = TestServerOptions();
+  options.enable_echo = true;
+  options.max_echo_bytes = 0;  // Up to the max message size.
+  return options;
+}
+
 TEST_F(EchoTest, EchoesPayloadOrRepliesWithRequestedSize) {
-  StartServer();
+  StartServer(EchoOptions());
   grpc::ClientContext context;
   auto stream = stub_->Echo(&context);
   v1::EchoMessage request;
@@ -153,7 +160,7 @@ TEST_F(EchoTest, EchoesPayloadOrRepliesWithRequestedSize) {
 // it is refused with INVALID_ARGUMENT (not left to fail in the transport),
 // and the largest reply the server promises goes through.
 TEST_F(EchoTest, ReplyThatCannotFitTheSendLimitIsInvalidArgument) {
-  ServerOptions options = TestServerOptions();
+  ServerOptions options = EchoOptions();
   constexpr int64_t kMax = 64 << 10;
   options.max_message_bytes = kMax;
   StartServer(options);
@@ -327,8 +334,11 @@ TEST(ServerBinaryTest, HelpListsTheFlags) {
   const std::string text = ReadFile(log);
   for (const char* flag :
        {"--listen", "--max_sessions", "--max_live_entries", "--max_bytes",
-        "--max_gpu_bytes", "--max_message_bytes", "--idle_timeout",
-        "--drain_timeout", "--log_level"}) {
+        "--max_gpu_bytes", "--max_message_bytes", "--max_streams",
+        "--max_steps_per_message", "--max_steps_per_session_per_message",
+        "--enable_echo", "--max_echo_bytes", "--grpc_memory_bytes",
+        "--grpc_max_threads", "--idle_timeout", "--drain_timeout",
+        "--log_level"}) {
     EXPECT_THAT(text, HasSubstr(flag));
   }
   unlink(log.c_str());

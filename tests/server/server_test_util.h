@@ -9,6 +9,7 @@
 #ifndef ENTROKV_TESTS_SERVER_SERVER_TEST_UTIL_H_
 #define ENTROKV_TESTS_SERVER_SERVER_TEST_UTIL_H_
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
@@ -25,6 +26,10 @@
 #include "entrokv/core/synthetic.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/client_unary_call.h"
+#include "grpcpp/impl/codegen/rpc_method.h"
+#include "grpcpp/impl/codegen/sync_stream.h"
+#include "grpcpp/support/byte_buffer.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
 
@@ -124,6 +129,90 @@ class DecodeStream {
       stream_;
   bool finished_ = false;
   absl::Status final_status_;
+};
+
+// Raw bytes <-> grpc::ByteBuffer, for messages the generated stub cannot
+// write (malformed ones).
+inline grpc::ByteBuffer ToByteBuffer(const std::string& bytes) {
+  grpc::Slice slice(bytes);
+  return grpc::ByteBuffer(&slice, 1);
+}
+inline std::string FromByteBuffer(const grpc::ByteBuffer& buffer) {
+  std::vector<grpc::Slice> slices;
+  std::string out;
+  if (!buffer.Dump(&slices).ok()) return out;
+  for (const grpc::Slice& slice : slices) {
+    out.append(reinterpret_cast<const char*>(slice.begin()), slice.size());
+  }
+  return out;
+}
+
+// A unary call of `method` ("/entrokv.v1.EntroKv/CreateSession") with
+// `request` as its raw request bytes; the reply's bytes go to `reply`.
+inline grpc::Status RawUnaryCall(grpc::Channel* channel, const char* method,
+                                 const std::string& request,
+                                 std::string* reply = nullptr) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(20));
+  grpc::ByteBuffer response;
+  const grpc::Status status =
+      grpc::internal::BlockingUnaryCall<grpc::ByteBuffer, grpc::ByteBuffer>(
+          channel,
+          grpc::internal::RpcMethod(method,
+                                    grpc::internal::RpcMethod::NORMAL_RPC),
+          &context, ToByteBuffer(request), &response);
+  if (reply != nullptr) *reply = FromByteBuffer(response);
+  return status;
+}
+
+// A bidi stream of `method` ("/entrokv.v1.EntroKv/Decode") carrying raw
+// bytes.
+class RawStream {
+ public:
+  RawStream(grpc::Channel* channel, const char* method)
+      : stream_(
+            grpc::internal::ClientReaderWriterFactory<grpc::ByteBuffer,
+                                                      grpc::ByteBuffer>::
+                Create(channel,
+                       grpc::internal::RpcMethod(
+                           method, grpc::internal::RpcMethod::BIDI_STREAMING),
+                       &context_)) {}
+  ~RawStream() {
+    if (!finished_) {
+      context_.TryCancel();
+      stream_->Finish().IgnoreError();
+    }
+  }
+
+  bool Write(const std::string& bytes) {
+    return stream_->Write(ToByteBuffer(bytes));
+  }
+  bool Write(const google::protobuf::MessageLite& message) {
+    return Write(message.SerializeAsString());
+  }
+  bool Read(std::string* bytes) {
+    grpc::ByteBuffer buffer;
+    if (!stream_->Read(&buffer)) return false;
+    *bytes = FromByteBuffer(buffer);
+    return true;
+  }
+  // The stream's final status (after the server ended it, or a half-close).
+  grpc::Status Finish() {
+    if (!finished_) {
+      finished_ = true;
+      final_status_ = stream_->Finish();
+    }
+    return final_status_;
+  }
+  void WritesDone() { stream_->WritesDone(); }
+
+ private:
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<grpc::ByteBuffer, grpc::ByteBuffer>>
+      stream_;
+  bool finished_ = false;
+  grpc::Status final_status_;
 };
 
 // Unary helpers.
