@@ -9,6 +9,7 @@
 // a step's send (open loop: from its scheduled time, so queueing counts) to
 // its answer.
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <chrono>
@@ -23,6 +24,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/synchronization/mutex.h"
@@ -38,7 +40,10 @@
 
 ABSL_FLAG(std::string, target, "127.0.0.1:50051",
           "Server target: host:port or unix:/path");
-ABSL_FLAG(std::string, mode, "both", "entrokv, echo, or both (interleaved)");
+ABSL_FLAG(std::string, mode, "both",
+          "entrokv, echo, or both (interleaved); echo needs a server started "
+          "with --enable_echo (without it, both runs entrokv alone and says "
+          "so)");
 ABSL_FLAG(std::string, client, "sync",
           "Decode client: sync (generated stubs, a blocking stream per "
           "session), library (entrokv::Session, its sync stream) or "
@@ -225,8 +230,11 @@ class SessionRunner {
                      data_.prefill_entropy, nullptr);
       if (!status.ok()) return status;
     }
-    echo_context_ = std::make_unique<grpc::ClientContext>();
-    echo_ = shared_->stub->Echo(echo_context_.get());
+    if (std::find(shared_->modes.begin(), shared_->modes.end(), "echo") !=
+        shared_->modes.end()) {
+      echo_context_ = std::make_unique<grpc::ClientContext>();
+      echo_ = shared_->stub->Echo(echo_context_.get());
+    }
     return absl::OkStatus();
   }
 
@@ -240,16 +248,20 @@ class SessionRunner {
         if (scheduled > start) absl::SleepFor(scheduled - start);
         start = scheduled;
       }
-      if (!broken_) {
+      const bool echo = mode == "echo";
+      if (!(echo ? broken_echo_ : broken_)) {
         const PoolStep& p = data_.pool[pool_index_++ % data_.pool.size()];
+        bool fallback = false;
         absl::Status status =
-            mode == "echo" ? SendEcho(p, &stats)
-                           : SendDecode(p.key, 1, p.query, p.entropy, &stats);
-        if (status.ok()) {
+            echo ? SendEcho(p, &stats)
+                 : SendDecode(p.key, 1, p.query, p.entropy, &stats, &fallback);
+        if (!status.ok()) {
+          ++stats.codes[absl::StatusCodeToString(status.code())];
+        } else if (!fallback) {
+          // Only the server's answers are latency samples; a step the
+          // client library decided locally is counted in stats.fallbacks.
           stats.latency_ns.push_back(
               absl::ToInt64Nanoseconds(absl::Now() - start));
-        } else {
-          ++stats.codes[absl::StatusCodeToString(status.code())];
         }
       }
       shared_->done.fetch_add(1, std::memory_order_relaxed);
@@ -282,9 +294,11 @@ class SessionRunner {
   bool UsesLibrary() const { return shared_->client != nullptr; }
 
   // Sends one step of `count` new entries; `stats` null: not measured.
+  // `*fallback` (when given) is set when the client library decided the step
+  // locally instead of the server (--client=library only).
   absl::Status SendDecode(const std::string& keys, int count,
                           const std::string& query, double entropy,
-                          ModeStats* stats) {
+                          ModeStats* stats, bool* fallback = nullptr) {
     const uint64_t first_slot = kSlotBase + next_slot_;
     next_slot_ += count;
     if (UsesLibrary()) {
@@ -310,15 +324,21 @@ class SessionRunner {
       const SessionCounters before = session_->counters();
       absl::StatusOr<StepOutcome> outcome = session_->Step(request);
       if (!outcome.ok()) return outcome.status();
+      if (fallback != nullptr) *fallback = outcome->fallback;
       if (stats != nullptr) {
         const SessionCounters after = session_->counters();
         stats->bytes_sent += after.bytes_sent - before.bytes_sent;
         stats->bytes_received += after.bytes_received - before.bytes_received;
-        stats->evicted += static_cast<int64_t>(outcome->evicted.size());
-        stats->fallbacks += after.fallback_steps - before.fallback_steps;
-        stats->server_ns.push_back(
-            absl::ToInt64Nanoseconds(outcome->server_compute));
-        ++stats->codes["OK"];
+        if (outcome->fallback) {
+          // Not a server answer: kept out of the count, the status
+          // histogram, the evictions per step and the latency figures.
+          ++stats->fallbacks;
+        } else {
+          stats->evicted += static_cast<int64_t>(outcome->evicted.size());
+          stats->server_ns.push_back(
+              absl::ToInt64Nanoseconds(outcome->server_compute));
+          ++stats->codes["OK"];
+        }
       }
       return absl::OkStatus();
     }
@@ -404,6 +424,27 @@ class SessionRunner {
   v1::EchoMessage echo_request_;
   v1::EchoMessage echo_response_;
 };
+
+// One Echo round trip: OK when the server serves Echo, else the stream's
+// status (UNIMPLEMENTED when the server runs without --enable_echo).
+absl::Status ProbeEcho(v1::EntroKv::Stub* stub) {
+  grpc::ClientContext context;
+  context.set_deadline(std::chrono::system_clock::now() +
+                       std::chrono::seconds(10));
+  auto stream = stub->Echo(&context);
+  v1::EchoMessage request;
+  request.set_reply_bytes(1);
+  v1::EchoMessage reply;
+  const bool answered = stream->Write(request) && stream->Read(&reply);
+  if (answered) stream->WritesDone();
+  const grpc::Status status = stream->Finish();
+  if (!status.ok()) {
+    return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                        status.error_message());
+  }
+  if (!answered) return absl::UnknownError("Echo ended without a reply");
+  return absl::OkStatus();
+}
 
 void ProgressLoop(Shared* shared, int64_t total, std::atomic<bool>* stop,
                   const std::vector<std::string>* phase_names,
@@ -494,6 +535,23 @@ int Run() {
       return 1;
     }
     shared.client = *std::move(client);
+  }
+  if (std::find(shared.modes.begin(), shared.modes.end(), "echo") !=
+      shared.modes.end()) {
+    const absl::Status echo = ProbeEcho(shared.stub.get());
+    if (absl::IsUnimplemented(echo) || absl::IsFailedPrecondition(echo)) {
+      std::fprintf(
+          stderr, "entrokv-loadgen: the server does not serve Echo: %s%s\n",
+          echo.ToString().c_str(),
+          absl::StrContains(echo.message(), "--enable_echo")
+              ? ""
+              : " (entrokv-server serves Echo only with --enable_echo)");
+      shared.modes.erase(
+          std::find(shared.modes.begin(), shared.modes.end(), "echo"));
+      if (shared.modes.empty()) return 1;
+      std::fprintf(stderr,
+                   "entrokv-loadgen: running without the echo baseline.\n");
+    }
   }
   {
     // A typical step result: one evicted slot.

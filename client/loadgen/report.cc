@@ -116,9 +116,12 @@ std::string FormatText(const RunDescription& run,
                           "us, max %.1f us\n",
                           p.p50_us, p.p99_us, p.max_us);
   }
-  if (modes.contains("entrokv") && modes["entrokv"].fallbacks > 0) {
-    absl::StrAppendFormat(&out, "client fallbacks: %d\n",
-                          modes["entrokv"].fallbacks);
+  if (run.client != "sync" && modes.contains("entrokv")) {
+    absl::StrAppendFormat(
+        &out,
+        "client fallbacks: %d steps decided locally by the client library "
+        "(not in the count, status, evictions or latency above)\n",
+        modes["entrokv"].fallbacks);
   }
   if (summaries.contains("entrokv") && summaries.contains("echo") &&
       summaries["echo"].latency.p50_us > 0 &&

@@ -13,12 +13,15 @@
 
 namespace entrokv::loadgen {
 
+// Steps the client library decided locally (its fallback, --client=library)
+// are not server answers: they count in `fallbacks` only, never in the
+// latency, server time, evictions or status codes.
 struct ModeStats {
-  std::vector<int64_t> latency_ns;  // One per decode step answered.
+  std::vector<int64_t> latency_ns;  // One per step the server answered OK.
   std::vector<int64_t> server_ns;   // entrokv only: server compute per step.
   int64_t bytes_sent = 0;
   int64_t bytes_received = 0;
-  int64_t evicted = 0;
+  int64_t evicted = 0;                   // By the server's answers.
   int64_t fallbacks = 0;                 // --client=library only.
   std::map<std::string, int64_t> codes;  // Status code name -> steps.
   double wall_seconds = 0.0;             // Sum of this mode's phase durations.
