@@ -126,7 +126,8 @@ TEST_F(InProcessDeciderTest, SameInputSameEvictions) {
 TEST_F(InProcessDeciderTest, BadConfigIsInvalidArgument) {
   SessionConfig config = Config(Ranking::kH2o, BudgetControl::kFixed, 16);
   config.shape.q_heads = 6;  // Not a multiple of 4 kv heads.
-  EXPECT_STATUS_CODE(decider_->Open(config), absl::StatusCode::kInvalidArgument);
+  EXPECT_STATUS_CODE(decider_->Open(config),
+                     absl::StatusCode::kInvalidArgument);
 }
 
 }  // namespace

@@ -61,7 +61,8 @@ TEST_F(KvCacheTest, RejectsDoubleFreeAndUnknownSlot) {
   ASSERT_OK(cache_.Evict(0));
   EXPECT_STATUS_CODE(cache_.Evict(0), absl::StatusCode::kNotFound);
   EXPECT_STATUS_CODE(cache_.Evict(3), absl::StatusCode::kNotFound);
-  EXPECT_STATUS_CODE(cache_.Evict(uint64_t{1} << 40), absl::StatusCode::kNotFound);
+  EXPECT_STATUS_CODE(cache_.Evict(uint64_t{1} << 40),
+                     absl::StatusCode::kNotFound);
   EXPECT_THAT(cache_.live(), ElementsAre(1));
 }
 

@@ -167,8 +167,8 @@ TEST_F(ModelReferenceTest, PipelinedEvictionsApplyOneTokenLater) {
     SinkWindowSession session(16);
     EvaluateOptions options;
     options.lag = 1;
-    ASSERT_OK_AND_ASSIGN(
-        SequenceResult r, EvaluateSequence(*model_, Tokens(i), &session, options));
+    ASSERT_OK_AND_ASSIGN(SequenceResult r, EvaluateSequence(*model_, Tokens(i),
+                                                            &session, options));
     EXPECT_NEAR(r.nll_sum, reference[i].nll_sum, 1e-4 * reference[i].nll_sum)
         << "story " << i;
     EXPECT_EQ(r.peak_live, 16 + 3);
@@ -182,8 +182,9 @@ TEST_F(ModelReferenceTest, RejectsBadTokensAndLengths) {
                      absl::StatusCode::kInvalidArgument);
   EXPECT_STATUS_CODE(model_->Forward(1, 512, &cache, &out),
                      absl::StatusCode::kInvalidArgument);
-  EXPECT_STATUS_CODE(EvaluateSequence(*model_, std::vector<int>{1}, nullptr, {}),
-                     absl::StatusCode::kInvalidArgument);
+  EXPECT_STATUS_CODE(
+      EvaluateSequence(*model_, std::vector<int>{1}, nullptr, {}),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_STATUS_CODE(
       EvaluateSequence(*model_, std::vector<int>(513, 1), nullptr, {}),
       absl::StatusCode::kInvalidArgument);

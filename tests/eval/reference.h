@@ -30,17 +30,17 @@ inline std::string DataDirOrEmpty() {
   return dir;
 }
 
-#define ENTROKV_SKIP_WITHOUT_DATA(dir)                                       \
-  if ((dir).empty()) {                                                       \
-    GTEST_SKIP() << "TinyStories data not found (set ENTROKV_DATA or put "   \
-                    "it at <repo>/../shared/data/tinystories); see "         \
-                    "docs/results-tinystories.md for its sources";           \
+#define ENTROKV_SKIP_WITHOUT_DATA(dir)                                     \
+  if ((dir).empty()) {                                                     \
+    GTEST_SKIP() << "TinyStories data not found (set ENTROKV_DATA or put " \
+                    "it at <repo>/../shared/data/tinystories); see "       \
+                    "docs/results-tinystories.md for its sources";         \
   }
 
-#define ENTROKV_SKIP_WITHOUT_PYTHON()                                        \
-  if (!std::filesystem::exists(::entrokv::tinyllama::testing::kPython)) {   \
-    GTEST_SKIP() << "/usr/bin/python3 (with python3-numpy) is needed for "   \
-                    "the independent reference";                            \
+#define ENTROKV_SKIP_WITHOUT_PYTHON()                                      \
+  if (!std::filesystem::exists(::entrokv::tinyllama::testing::kPython)) {  \
+    GTEST_SKIP() << "/usr/bin/python3 (with python3-numpy) is needed for " \
+                    "the independent reference";                           \
   }
 
 // Runs the reference with `args` and returns its stdout lines; an error when
@@ -55,7 +55,8 @@ inline absl::StatusOr<std::vector<std::string>> RunReference(
   std::string out;
   char buffer[4096];
   size_t n;
-  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0) out.append(buffer, n);
+  while ((n = fread(buffer, 1, sizeof(buffer), pipe)) > 0)
+    out.append(buffer, n);
   const int rc = pclose(pipe);
   if (rc != 0) {
     return absl::InternalError(absl::StrCat("'", command, "' exited ", rc));
@@ -77,7 +78,8 @@ inline absl::StatusOr<std::vector<ReferenceStory>> ReferenceNll(
   for (const std::string& line : *lines) {
     std::vector<std::string> f = absl::StrSplit(line, ' ');
     ReferenceStory s;
-    if (f.size() != 4 || f[0] != "story" || !absl::SimpleAtoi(f[2], &s.tokens) ||
+    if (f.size() != 4 || f[0] != "story" ||
+        !absl::SimpleAtoi(f[2], &s.tokens) ||
         !absl::SimpleAtod(f[3], &s.nll_sum)) {
       return absl::InternalError(absl::StrCat("bad reference line: ", line));
     }

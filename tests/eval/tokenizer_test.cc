@@ -40,7 +40,8 @@ class TokenizerReferenceTest : public ::testing::Test {
   void SetUp() override {
     data_ = DataDirOrEmpty();
     ENTROKV_SKIP_WITHOUT_DATA(data_);
-    ASSERT_OK_AND_ASSIGN(Tokenizer t, Tokenizer::Load(TokenizerPath(data_), 512));
+    ASSERT_OK_AND_ASSIGN(Tokenizer t,
+                         Tokenizer::Load(TokenizerPath(data_), 512));
     tokenizer_ = std::make_unique<Tokenizer>(std::move(t));
   }
 
@@ -75,7 +76,8 @@ TEST_F(TokenizerReferenceTest, SameIdsAsReferenceAndRoundTrips) {
                        LoadStories(StoriesPath(data_), 20));
   texts.push_back("Hello,  world!\n\nTwo  spaces\tand a tab.");
   texts.push_back(" leading space, trailing space ");
-  texts.push_back("caf\xC3\xA9 \xC3\xBC \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80 <0x41>");
+  texts.push_back(
+      "caf\xC3\xA9 \xC3\xBC \xE6\x97\xA5\xE6\x9C\xAC \xF0\x9F\x98\x80 <0x41>");
   texts.push_back("Once upon a time");
   texts.push_back("a");
 

@@ -84,9 +84,7 @@ struct Run {
   int64_t evicted = 0;
   double seconds = 0.0;
   double ppl() const { return std::exp(nll_sum / predicted); }
-  double mean_live() const {
-    return static_cast<double>(live_sum) / predicted;
-  }
+  double mean_live() const { return static_cast<double>(live_sum) / predicted; }
 };
 
 absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& text,
@@ -148,9 +146,9 @@ absl::Status Evaluate(const Model& model,
     run->peak_live = std::max(run->peak_live, r.peak_live);
     run->evicted += r.evicted;
   }
-  run->seconds = std::chrono::duration<double>(
-                     std::chrono::steady_clock::now() - start)
-                     .count();
+  run->seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
   return absl::OkStatus();
 }
 
@@ -233,8 +231,8 @@ absl::Status Main() {
 #endif
   }
   std::printf("data %s: %zu stories, %lld tokens; decider %s\n",
-              data_dir.c_str(), stories.size(),
-              static_cast<long long>(tokens), decider->Describe().c_str());
+              data_dir.c_str(), stories.size(), static_cast<long long>(tokens),
+              decider->Describe().c_str());
 
   Run full;
   full.policy = "full";
@@ -247,8 +245,8 @@ absl::Status Main() {
   for (const SessionConfig& policy : policies) {
     for (int64_t budget : budgets) {
       for (int lag : {0, 1}) {
-        if (lag == 1 && !std::binary_search(pipelined.begin(), pipelined.end(),
-                                            budget)) {
+        if (lag == 1 &&
+            !std::binary_search(pipelined.begin(), pipelined.end(), budget)) {
           continue;
         }
         Run run;
@@ -271,20 +269,20 @@ absl::Status Main() {
       std::lock_guard<std::mutex> lock(mu);
       if (!status.ok()) {
         if (failure.ok()) {
-          failure = absl::Status(status.code(),
-                                 absl::StrCat(runs[i].policy, " B=",
-                                              runs[i].config.budget, ": ",
-                                              status.message()));
+          failure = absl::Status(
+              status.code(),
+              absl::StrCat(runs[i].policy, " B=", runs[i].config.budget, ": ",
+                           status.message()));
         }
         next = runs.size();
         return;
       }
-      std::printf("%-20s B=%-4lld lag %d: ppl %8.4f  mean live %6.1f  "
-                  "peak %4lld  (%.1fs)\n",
-                  runs[i].policy.c_str(),
-                  static_cast<long long>(runs[i].config.budget), runs[i].lag,
-                  runs[i].ppl(), runs[i].mean_live(),
-                  static_cast<long long>(runs[i].peak_live), runs[i].seconds);
+      std::printf(
+          "%-20s B=%-4lld lag %d: ppl %8.4f  mean live %6.1f  "
+          "peak %4lld  (%.1fs)\n",
+          runs[i].policy.c_str(), static_cast<long long>(runs[i].config.budget),
+          runs[i].lag, runs[i].ppl(), runs[i].mean_live(),
+          static_cast<long long>(runs[i].peak_live), runs[i].seconds);
       std::fflush(stdout);
     }
   };
@@ -319,13 +317,13 @@ absl::Status Main() {
       "perplexity,ppl_increase_pct,mean_live,peak_live,evicted,seconds\n";
   auto csv_row = [&](const Run& r, const std::string& ranking,
                      const std::string& control) {
-    absl::StrAppend(
-        &csv, r.policy, ",", ranking, ",", control, ",", r.config.budget, ",",
-        r.lag, ",", stories.size(), ",", r.predicted, ",",
-        Num(r.nll_sum / r.predicted, 6), ",", Num(r.ppl()), ",",
-        Num(100.0 * (r.ppl() / full.ppl() - 1.0), 2), ",",
-        Num(r.mean_live(), 2), ",", r.peak_live, ",", r.evicted, ",",
-        Num(r.seconds, 2), "\n");
+    absl::StrAppend(&csv, r.policy, ",", ranking, ",", control, ",",
+                    r.config.budget, ",", r.lag, ",", stories.size(), ",",
+                    r.predicted, ",", Num(r.nll_sum / r.predicted, 6), ",",
+                    Num(r.ppl()), ",",
+                    Num(100.0 * (r.ppl() / full.ppl() - 1.0), 2), ",",
+                    Num(r.mean_live(), 2), ",", r.peak_live, ",", r.evicted,
+                    ",", Num(r.seconds, 2), "\n");
   };
   full.config.budget = 0;
   csv_row(full, "full", "none");
@@ -351,8 +349,8 @@ absl::Status Main() {
     absl::StrAppend(&json_equal, json_equal.empty() ? "" : ",\n",
                     "    {\"policy\": \"", name, "\", \"perplexity\": [");
     for (size_t i = 0; i < targets.size(); ++i) {
-      const double ppl = PplAtMeanLive(immediate[name],
-                                       static_cast<double>(targets[i]));
+      const double ppl =
+          PplAtMeanLive(immediate[name], static_cast<double>(targets[i]));
       absl::StrAppend(&md, " ", std::isfinite(ppl) ? Num(ppl, 3) : "—", " |");
       absl::StrAppend(&json_equal, i ? ", " : "", Num(ppl));
     }
@@ -396,10 +394,11 @@ absl::Status Main() {
         std::string(BudgetControlName(r.config.budget_control)),
         "\", \"budget\": ", r.config.budget, ", \"lag\": ", r.lag,
         ", \"nll\": ", Num(r.nll_sum / r.predicted, 6),
-        ", \"perplexity\": ", Num(r.ppl()), ", \"mean_live\": ",
-        Num(r.mean_live(), 2), ", \"peak_live\": ", r.peak_live,
-        ", \"evicted\": ", r.evicted, ", \"seconds\": ", Num(r.seconds, 2),
-        "}", i + 1 < runs.size() ? ",\n" : "\n");
+        ", \"perplexity\": ", Num(r.ppl()),
+        ", \"mean_live\": ", Num(r.mean_live(), 2),
+        ", \"peak_live\": ", r.peak_live, ", \"evicted\": ", r.evicted,
+        ", \"seconds\": ", Num(r.seconds, 2), "}",
+        i + 1 < runs.size() ? ",\n" : "\n");
   }
   absl::StrAppend(&json, "  ],\n  \"equal_mean_live\": {\n    \"method\": ",
                   "\"log-perplexity interpolated linearly in mean live "
@@ -408,20 +407,24 @@ absl::Status Main() {
                   "\"targets\": [",
                   absl::StrJoin(targets, ", "), "],\n    \"policies\": [\n",
                   json_equal, "\n    ]\n  }\n}\n");
-  ENTROKV_RETURN_IF_ERROR(WriteFile(out_dir / "tinystories_results.json", json));
+  ENTROKV_RETURN_IF_ERROR(
+      WriteFile(out_dir / "tinystories_results.json", json));
 
   if (absl::GetFlag(FLAGS_plot)) {
     // One data block per policy (immediate mode), sorted by mean live.
     std::string dat;
     std::string plot = absl::StrCat(
         "set terminal pngcairo size 1000,650 font 'sans,10'\n"
-        "set output '", (out_dir / "tinystories_ppl_vs_live.png").string(),
+        "set output '",
+        (out_dir / "tinystories_ppl_vs_live.png").string(),
         "'\nset title 'stories260K on ", stories.size(),
         " TinyStories stories: perplexity vs mean live KV entries'\n"
         "set xlabel 'mean live entries per decode step'\n"
         "set ylabel 'perplexity (log scale)'\nset logscale y\n"
         "set key outside right\nset grid\n"
-        "set yrange [", Num(0.97 * full.ppl(), 3), ":*]\n"
+        "set yrange [",
+        Num(0.97 * full.ppl(), 3),
+        ":*]\n"
         "plot ");
     int index = 0;
     for (const std::string& name : policy_names) {
@@ -438,10 +441,10 @@ absl::Status Main() {
       const bool entropy =
           points[0]->config.budget_control == BudgetControl::kEntropy;
       const int color = static_cast<int>(points[0]->config.ranking) + 1;
-      absl::StrAppend(&plot, "'", (out_dir / "tinystories_ppl_vs_live.dat").string(),
-                      "' index ", index++, " with linespoints lc ", color,
-                      " dt ", entropy ? 2 : 1, " pt ", entropy ? 6 : 7,
-                      " title '", name, "', ");
+      absl::StrAppend(
+          &plot, "'", (out_dir / "tinystories_ppl_vs_live.dat").string(),
+          "' index ", index++, " with linespoints lc ", color, " dt ",
+          entropy ? 2 : 1, " pt ", entropy ? 6 : 7, " title '", name, "', ");
     }
     absl::StrAppend(&plot, Num(full.ppl(), 5),
                     " with lines lc rgb 'black' dt 3 title 'full cache'\n");

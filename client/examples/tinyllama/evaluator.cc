@@ -7,10 +7,10 @@
 #include <iterator>
 #include <utility>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
-#include "absl/strings/ascii.h"
 #include "tinyllama/ops.h"
 
 namespace entrokv::tinyllama {
@@ -32,9 +32,8 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
     const EvaluateOptions& options) {
   const ModelConfig& c = model.config();
   if (tokens.size() < 2 || tokens.size() > static_cast<size_t>(c.seq_len)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("evaluate: ", tokens.size(), " tokens; need 2 to ",
-                     c.seq_len));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "evaluate: ", tokens.size(), " tokens; need 2 to ", c.seq_len));
   }
   if (options.lag < 0) {
     return absl::InvalidArgumentError("evaluate: lag must be >= 0");
@@ -47,8 +46,8 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
     const int position = static_cast<int>(t);
     absl::Status status = model.Forward(tokens[t], position, &cache, &out);
     if (!status.ok()) {
-      return absl::Status(status.code(), absl::StrCat("position ", t, ": ",
-                                                      status.message()));
+      return absl::Status(status.code(),
+                          absl::StrCat("position ", t, ": ", status.message()));
     }
     result.live_sum += cache.live_count();
     const double nll = NegativeLogLikelihood(out.logits, tokens[t + 1]);
@@ -73,9 +72,10 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
       for (uint64_t slot : pending.front()) {
         status = cache.Evict(slot);
         if (!status.ok()) {
-          return absl::Status(status.code(), absl::StrCat(
-              "position ", t, ": freeing an answered slot: ",
-              status.message()));
+          return absl::Status(
+              status.code(),
+              absl::StrCat("position ", t,
+                           ": freeing an answered slot: ", status.message()));
         }
         ++result.evicted;
       }

@@ -39,12 +39,12 @@
 namespace entrokv::tinyllama {
 
 struct SequenceResult {
-  double nll_sum = 0.0;        // Σ −log p(true next token), nats.
-  int64_t predicted = 0;       // Tokens scored: tokens.size() − 1.
-  int64_t live_sum = 0;        // Σ over positions of entries attended.
-  int64_t peak_live = 0;       // Most entries held at once.
-  int64_t evicted = 0;         // Entries freed.
-  std::vector<double> nll;     // Per position (only when asked for).
+  double nll_sum = 0.0;     // Σ −log p(true next token), nats.
+  int64_t predicted = 0;    // Tokens scored: tokens.size() − 1.
+  int64_t live_sum = 0;     // Σ over positions of entries attended.
+  int64_t peak_live = 0;    // Most entries held at once.
+  int64_t evicted = 0;      // Entries freed.
+  std::vector<double> nll;  // Per position (only when asked for).
 };
 
 struct EvaluateOptions {

@@ -29,7 +29,8 @@ class GrpcSession : public DeciderSession {
     if (outcome.fallback) {
       return absl::UnavailableError(absl::StrCat(
           "step ", outcome.step, " was decided by the client's local ",
-          "fallback, not the server: ", session_->degraded_reason().ToString()));
+          "fallback, not the server: ",
+          session_->degraded_reason().ToString()));
     }
     decision->evicted = std::move(outcome.evicted);
     decision->live = outcome.live;

@@ -65,10 +65,10 @@ class KvCache {
   int layers_;
   int kv_dim_;
   int capacity_;
-  std::vector<float> keys_;    // [slot][layer][kv_dim]
-  std::vector<float> values_;  // [slot][layer][kv_dim]
+  std::vector<float> keys_;     // [slot][layer][kv_dim]
+  std::vector<float> values_;   // [slot][layer][kv_dim]
   std::vector<int> positions_;  // Per slot; -1 when free.
-  std::vector<int> live_;      // Live slots in append order.
+  std::vector<int> live_;       // Live slots in append order.
   int peak_live_ = 0;
 };
 

@@ -20,8 +20,7 @@ constexpr size_t kHeaderInts = 7;
 absl::StatusOr<Model> Model::Load(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
-    return absl::NotFoundError(
-        absl::StrCat("model: cannot open '", path, "'"));
+    return absl::NotFoundError(absl::StrCat("model: cannot open '", path, "'"));
   }
   std::vector<char> bytes((std::istreambuf_iterator<char>(in)),
                           std::istreambuf_iterator<char>());
@@ -49,7 +48,7 @@ absl::StatusOr<Model> Model::FromBytes(absl::Span<const char> bytes) {
   c.kv_heads = header[4];
   c.vocab_size = header[5];
   c.seq_len = header[6];
-  const char* names[] = {"dim",      "hidden_dim", "n_layers", "n_heads",
+  const char* names[] = {"dim",        "hidden_dim", "n_layers", "n_heads",
                          "n_kv_heads", "vocab_size", "seq_len"};
   for (size_t i = 0; i < kHeaderInts; ++i) {
     // Bounds keep the size arithmetic below far from overflow.
@@ -73,7 +72,8 @@ absl::StatusOr<Model> Model::FromBytes(absl::Span<const char> bytes) {
     offset += n;
     return at;
   };
-  model.token_embedding_ = take(size_t{static_cast<size_t>(c.vocab_size)} * dim);
+  model.token_embedding_ =
+      take(size_t{static_cast<size_t>(c.vocab_size)} * dim);
   model.rms_att_ = take(layers * dim);
   model.wq_ = take(layers * dim * dim);
   model.wk_ = take(layers * kv_dim * dim);
@@ -112,14 +112,12 @@ absl::Status Model::Forward(int token, int position, KvCache* cache,
                             ForwardOutput* out) const {
   const ModelConfig& c = config_;
   if (token < 0 || token >= c.vocab_size) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("forward: token ", token, " is outside [0, ",
-                     c.vocab_size, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "forward: token ", token, " is outside [0, ", c.vocab_size, ")"));
   }
   if (position < 0 || position >= c.seq_len) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("forward: position ", position, " is outside [0, ",
-                     c.seq_len, ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "forward: position ", position, " is outside [0, ", c.seq_len, ")"));
   }
   if (cache->layers() != c.layers || cache->kv_dim() != c.kv_dim()) {
     return absl::InvalidArgumentError("forward: cache shape does not match");

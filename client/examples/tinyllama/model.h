@@ -47,12 +47,12 @@ struct ModelConfig {
 
 // What one Forward() produces. Vectors are resized by Forward().
 struct ForwardOutput {
-  std::vector<float> logits;   // vocab_size
+  std::vector<float> logits;  // vocab_size
   // Post-RoPE queries, [layer][head][head_dim].
   std::vector<float> queries;  // layers · dim
   // Post-RoPE keys of the new token, [layer][kv_head][head_dim].
-  std::vector<float> keys;     // layers · kv_dim
-  int slot = -1;               // The cache slot the token was written to.
+  std::vector<float> keys;  // layers · kv_dim
+  int slot = -1;            // The cache slot the token was written to.
 };
 
 class Model {
@@ -85,8 +85,8 @@ class Model {
 
   ModelConfig config_;
   std::vector<float> weights_;  // Every tensor, as in the file.
-  size_t token_embedding_ = 0, rms_att_ = 0, wq_ = 0, wk_ = 0, wv_ = 0,
-         wo_ = 0, rms_ffn_ = 0, w1_ = 0, w2_ = 0, w3_ = 0, rms_final_ = 0,
+  size_t token_embedding_ = 0, rms_att_ = 0, wq_ = 0, wk_ = 0, wv_ = 0, wo_ = 0,
+         rms_ffn_ = 0, w1_ = 0, w2_ = 0, w3_ = 0, rms_final_ = 0,
          freq_cis_real_ = 0, freq_cis_imag_ = 0;
 };
 

@@ -30,9 +30,9 @@ absl::StatusOr<Tokenizer> Tokenizer::Load(const std::string& path,
 absl::StatusOr<Tokenizer> Tokenizer::FromBytes(absl::Span<const char> bytes,
                                                int vocab_size) {
   if (vocab_size <= kFirstByteId + 255) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer: vocab_size ", vocab_size, " leaves no room for the ",
-        "256 byte-fallback pieces"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer: vocab_size ", vocab_size,
+                     " leaves no room for the ", "256 byte-fallback pieces"));
   }
   size_t at = 0;
   auto read = [&bytes, &at](void* dst, size_t n) {
@@ -57,8 +57,8 @@ absl::StatusOr<Tokenizer> Tokenizer::FromBytes(absl::Span<const char> bytes,
     }
     if (length < 0 || length > max_token_length ||
         bytes.size() - at < static_cast<size_t>(length)) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tokenizer: record ", id, " has a bad length ", length));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tokenizer: record ", id, " has a bad length ", length));
     }
     std::string piece(bytes.data() + at, length);
     at += length;
@@ -67,9 +67,9 @@ absl::StatusOr<Tokenizer> Tokenizer::FromBytes(absl::Span<const char> bytes,
     t.scores_.push_back(score);
   }
   if (at != bytes.size()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tokenizer: ", bytes.size() - at, " bytes after the ", vocab_size,
-        " records"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tokenizer: ", bytes.size() - at, " bytes after the ",
+                     vocab_size, " records"));
   }
   for (int b = 0; b < 256; ++b) {
     char expected[8];
