@@ -40,6 +40,7 @@
 #include "entrokv/core/backend.h"
 #include "entrokv/core/status_macros.h"
 #include "layered_session.h"
+#include "slot_table.h"
 #include "step_common.h"
 
 namespace entrokv::internal {
@@ -255,26 +256,16 @@ class CudaSession final : public SessionState {
                     StepTrace* trace) override;
 
   SessionStats Stats() const override {
-    return counters_.ToStats(live(), next_index_, bytes_per_entry_,
+    return counters_.ToStats(live(), table_.next_index(), bytes_per_entry_,
                              Placement::kGpu);
   }
 
   std::vector<uint64_t> LiveSlots() const override {
-    std::vector<uint64_t> out;
-    out.reserve(slot_.size());
-    for (int32_t p : AppendOrder()) out.push_back(slot_[p]);
-    return out;
+    return table_.LiveSlots();
   }
 
  private:
-  int64_t live() const { return static_cast<int64_t>(slot_.size()); }
-  std::vector<int32_t> AppendOrder() const {
-    std::vector<int32_t> order(slot_.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(),
-              [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
-    return order;
-  }
+  int64_t live() const { return table_.live(); }
   cuda::EntryState State() const {
     return {.index = d_index_.as<int64_t>(),
             .pinned = d_pinned_.as<uint8_t>(),
@@ -306,12 +297,10 @@ class CudaSession final : public SessionState {
   const int64_t rows_;
 
   // Host mirror, per position 0..live-1.
-  std::vector<uint64_t> slot_;
-  std::vector<int64_t> index_;
-  std::vector<uint8_t> pinned_;
-  absl::flat_hash_set<uint64_t> live_slots_;
+  // Slot ids, append indices, pinned flags; the compaction rule shared with
+  // the CPU backend.
+  SlotTable table_;
 
-  int64_t next_index_ = 0;
   StepCounters counters_;
   // Set when a CUDA error struck after the step began changing state: the
   // session can no longer answer.
@@ -336,7 +325,7 @@ class CudaSession final : public SessionState {
   // Host scratch.
   DecodedStep decoded_;
   std::vector<int32_t> evict_;
-  absl::flat_hash_map<int32_t, int32_t> origin_;
+  std::vector<SlotTable::Move> moves_;
 };
 
 absl::Status CudaSession::GrowState(int64_t needed) {
@@ -492,9 +481,9 @@ absl::Status CudaSession::Step(const StepInput& input, StepResult* result,
         "session: its device state was lost to an earlier CUDA error (",
         broken_.message(), "); close it and open a new one"));
   }
-  ENTROKV_RETURN_IF_ERROR(
-      ValidateAndDecode(config_, limits_, counters_.last_step, live_slots_,
-                        live(), input, &decoded_, BackendStepRules(config_)));
+  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
+      config_, limits_, counters_.last_step, table_.live_slots(), live(), input,
+      &decoded_, BackendStepRules(config_)));
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -539,7 +528,7 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   const int64_t n_old = live();
   const int64_t n_new = decoded_.appended;
   const int64_t n = n_old + n_new;
-  const int64_t next_index = next_index_ + n_new;
+  const int64_t next_index = table_.next_index() + n_new;
   const Ranking ranking = config_.ranking;
 
   // 1. Append: the keys as sent, copied once; norms and state on the device.
@@ -575,7 +564,7 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
              .head_dim = shape.vector_dim(),
              .first_pos = n_old,
              .n = n_new,
-             .first_index = next_index_,
+             .first_index = table_.next_index(),
              .pinned = d_pinned,
              .affinity_init =
                  config_.affinity.update == AffinityUpdate::kSeed ? 0.5 : 0.0,
@@ -767,13 +756,8 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   // The device part succeeded: commit the append to the host mirror.
   *committed = true;
   for (int64_t e = 0; e < n_new; ++e) {
-    const uint64_t id = input.append.slot_ids[e];
-    slot_.push_back(id);
-    index_.push_back(next_index_++);
-    pinned_.push_back(input.append.pinned.empty()
-                          ? 0
-                          : (input.append.pinned[e] != 0 ? 1 : 0));
-    live_slots_.insert(id);
+    table_.Append(input.append.slot_ids[e],
+                  !input.append.pinned.empty() && input.append.pinned[e] != 0);
   }
   if (trace != nullptr) {
     trace->slots.clear();
@@ -782,10 +766,14 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
     trace->rank_score.clear();
     trace->protected_.clear();
     if (n > 0) {
-      for (int32_t p : AppendOrder()) {
-        trace->slots.push_back(slot_[p]);
+      for (int32_t p : table_.AppendOrder()) {
+        trace->slots.push_back(table_.slots()[p]);
         trace->mean_logit.push_back(static_cast<float>(t_mean[p]));
-        trace->attention.push_back(static_cast<float>(t_attention[p]));
+        // Group-sum queries give no per-head softmax (step-semantics §3).
+        trace->attention.push_back(config_.shape.query_form ==
+                                           QueryForm::kPerHead
+                                       ? static_cast<float>(t_attention[p])
+                                       : 0.0f);
         trace->rank_score.push_back(t_keep[p]);
         trace->protected_.push_back(t_protect[p]);
       }
@@ -798,35 +786,14 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   for (int64_t i = 0; i < out_count; ++i) {
     if (out[i] >= 0) evict_.push_back(out[i]);
   }
-  std::sort(evict_.begin(), evict_.end(),
-            [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
+  table_.SortByAppendOrder(&evict_);
   result->evicted.clear();
-  for (int32_t p : evict_) result->evicted.push_back(slot_[p]);
+  for (int32_t p : evict_) result->evicted.push_back(table_.slots()[p]);
 
-  // Compaction: the CPU backend's order (highest position first, the last
-  // entry moves into the hole), on the mirror; the device gets the net moves,
-  // whose sources (>= the new live count) and destinations (below it) are
-  // disjoint, so they run in parallel.
-  std::sort(evict_.begin(), evict_.end(), std::greater<int32_t>());
-  origin_.clear();
-  for (int32_t pos : evict_) {
-    const int32_t last = static_cast<int32_t>(live() - 1);
-    live_slots_.erase(slot_[pos]);
-    if (pos != last) {
-      slot_[pos] = slot_[last];
-      index_[pos] = index_[last];
-      pinned_[pos] = pinned_[last];
-      auto it = origin_.find(last);
-      const int32_t src = it == origin_.end() ? last : it->second;
-      if (it != origin_.end()) origin_.erase(it);
-      origin_[pos] = src;
-    } else {
-      origin_.erase(last);
-    }
-    slot_.pop_back();
-    index_.pop_back();
-    pinned_.pop_back();
-  }
+  // Compaction (slot_table.h): the mirror moves at once; the device gets the
+  // net moves, whose sources (>= the new live count) and destinations (below
+  // it) are disjoint, so they run in parallel.
+  table_.Remove(&evict_, &moves_);
   const int64_t evicted = static_cast<int64_t>(result->evicted.size());
   account_->Release(evicted * bytes_per_entry_);
   counters_.Record(input.step, n, evicted, budget);
@@ -835,12 +802,12 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   result->entropy = h;
   result->deferred = false;
 
-  if (!origin_.empty()) {
+  if (!moves_.empty()) {
     int32_t* moves = h_moves_.as<int32_t>();
     int64_t count = 0;
-    for (const auto& [dst, src] : origin_) {
-      moves[2 * count] = dst;
-      moves[2 * count + 1] = src;
+    for (const SlotTable::Move& m : moves_) {
+      moves[2 * count] = m.dst;
+      moves[2 * count + 1] = m.src;
       ++count;
     }
     ENTROKV_CUDA_RETURN_IF_ERROR(

@@ -23,6 +23,7 @@
 #include "cpu_kernels.h"
 #include "entrokv/core/backend.h"
 #include "layered_session.h"
+#include "slot_table.h"
 #include "step_common.h"
 
 namespace entrokv::internal {
@@ -48,28 +49,16 @@ class CpuSession final : public SessionState {
                     StepTrace* trace) override;
 
   SessionStats Stats() const override {
-    return counters_.ToStats(live(), next_index_, bytes_per_entry_,
+    return counters_.ToStats(live(), table_.next_index(), bytes_per_entry_,
                              Placement::kCpu);
   }
 
   std::vector<uint64_t> LiveSlots() const override {
-    const std::vector<int32_t> order = AppendOrder();
-    std::vector<uint64_t> out;
-    out.reserve(order.size());
-    for (int32_t p : order) out.push_back(slot_[p]);
-    return out;
+    return table_.LiveSlots();
   }
 
  private:
-  int64_t live() const { return static_cast<int64_t>(slot_.size()); }
-  // Positions 0..live-1 sorted by append index.
-  std::vector<int32_t> AppendOrder() const {
-    std::vector<int32_t> order(slot_.size());
-    std::iota(order.begin(), order.end(), 0);
-    std::sort(order.begin(), order.end(),
-              [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
-    return order;
-  }
+  int64_t live() const { return table_.live(); }
   // Grows key storage to hold `needed` entries; false when the allocation
   // fails (nothing changes then).
   bool Reserve(int64_t needed);
@@ -94,15 +83,12 @@ class CpuSession final : public SessionState {
   std::unique_ptr<std::byte[]> keys_;
   int64_t capacity_ = 0;
   // Per position 0..live-1.
-  std::vector<uint64_t> slot_;
-  std::vector<int64_t> index_;
-  std::vector<uint8_t> pinned_;
+  // Slot ids, append indices, pinned flags; the compaction rule.
+  SlotTable table_;
   std::vector<double> key_norm_;
   std::vector<double> affinity_;  // Ω (seed) or its logit a (logit_ema).
   std::vector<double> h2o_acc_;
-  absl::flat_hash_set<uint64_t> live_slots_;
 
-  int64_t next_index_ = 0;
   StepCounters counters_;
 
   // Scratch reused across steps.
@@ -116,6 +102,7 @@ class CpuSession final : public SessionState {
   std::vector<uint8_t> protect_;
   std::vector<int64_t> index_scratch_;
   std::vector<int32_t> evict_;
+  std::vector<SlotTable::Move> moves_;
   SelectionScratch selection_;
 };
 
@@ -168,17 +155,13 @@ void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
         norm_sum += std::sqrt(sq);
       }
     }
-    const uint64_t id = input.append.slot_ids[e];
-    slot_.push_back(id);
-    index_.push_back(next_index_++);
-    pinned_.push_back(
-        input.append.pinned.empty() ? 0 : (input.append.pinned[e] != 0));
+    table_.Append(input.append.slot_ids[e],
+                  !input.append.pinned.empty() && input.append.pinned[e] != 0);
     key_norm_.push_back(norm_sum /
                         static_cast<double>(int64_t{s.layers} * s.kv_heads));
     affinity_.push_back(config_.affinity.update == AffinityUpdate::kSeed ? 0.5
                                                                          : 0.0);
     h2o_acc_.push_back(0.0);
-    live_slots_.insert(id);
   }
 }
 
@@ -243,41 +226,31 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
 void CpuSession::RemovePositions(std::vector<int32_t>* positions) {
   const Shape& s = config_.shape;
   const int64_t row = int64_t{s.vector_dim()} * esize_;
-  // Highest position first, so each moved-in last entry is itself live.
-  std::sort(positions->begin(), positions->end(), std::greater<int32_t>());
-  for (int32_t pos : *positions) {
-    const int32_t last = static_cast<int32_t>(live() - 1);
-    live_slots_.erase(slot_[pos]);
-    if (pos != last) {
-      for (int32_t l = 0; l < s.layers; ++l) {
-        for (int32_t kv = 0; kv < s.kv_heads; ++kv) {
-          std::memcpy(KeyAt(l, kv, pos), KeyAt(l, kv, last),
-                      static_cast<size_t>(row));
-        }
+  table_.Remove(positions, &moves_);
+  for (const SlotTable::Move& m : moves_) {
+    for (int32_t l = 0; l < s.layers; ++l) {
+      for (int32_t kv = 0; kv < s.kv_heads; ++kv) {
+        std::memcpy(KeyAt(l, kv, m.dst), KeyAt(l, kv, m.src),
+                    static_cast<size_t>(row));
       }
-      slot_[pos] = slot_[last];
-      index_[pos] = index_[last];
-      pinned_[pos] = pinned_[last];
-      key_norm_[pos] = key_norm_[last];
-      affinity_[pos] = affinity_[last];
-      h2o_acc_[pos] = h2o_acc_[last];
     }
-    slot_.pop_back();
-    index_.pop_back();
-    pinned_.pop_back();
-    key_norm_.pop_back();
-    affinity_.pop_back();
-    h2o_acc_.pop_back();
+    key_norm_[m.dst] = key_norm_[m.src];
+    affinity_[m.dst] = affinity_[m.src];
+    h2o_acc_[m.dst] = h2o_acc_[m.src];
   }
+  const size_t n = static_cast<size_t>(live());
+  key_norm_.resize(n);
+  affinity_.resize(n);
+  h2o_acc_.resize(n);
 }
 
 double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
 absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                               StepTrace* trace) {
-  absl::Status st =
-      ValidateAndDecode(config_, limits_, counters_.last_step, live_slots_,
-                        live(), input, &decoded_, BackendStepRules(config_));
+  absl::Status st = ValidateAndDecode(config_, limits_, counters_.last_step,
+                                      table_.live_slots(), live(), input,
+                                      &decoded_, BackendStepRules(config_));
   if (!st.ok()) return st;
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
@@ -331,7 +304,7 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                        .h2o_recent_from = std::numeric_limits<int64_t>::max()};
   if (rank_now && ranking == Ranking::kH2o) {
     ctx.h2o_recent_from = H2oRecentFrom(config_.h2o.recent_fraction, budget,
-                                        index_, &index_scratch_);
+                                        table_.indices(), &index_scratch_);
   }
   const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
   keep_.resize(static_cast<size_t>(n));
@@ -342,20 +315,20 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
             ? (seed_rule ? affinity_[p] : Sigmoid(affinity_[p]))
             : 0.0;
     keep_[p] =
-        KeepScore(ctx, index_[p], key_norm_[p],
+        KeepScore(ctx, table_.indices()[p], key_norm_[p],
                   need_attention ? attention_[p] : 0.0, h2o_acc_[p], omega);
-    protect_[p] = IsProtected(config_.protection, index_[p], next_index_,
-                              pinned_[p] != 0);
+    protect_[p] = IsProtected(config_.protection, table_.indices()[p],
+                              table_.next_index(), table_.pinned()[p] != 0);
   }
   if (trace != nullptr) {
-    const std::vector<int32_t> order = AppendOrder();
+    const std::vector<int32_t> order = table_.AppendOrder();
     trace->slots.clear();
     trace->mean_logit.clear();
     trace->attention.clear();
     trace->rank_score.clear();
     trace->protected_.clear();
     for (int32_t p : order) {
-      trace->slots.push_back(slot_[p]);
+      trace->slots.push_back(table_.slots()[p]);
       trace->mean_logit.push_back(static_cast<float>(mean_logit_[p]));
       trace->attention.push_back(
           need_attention ? static_cast<float>(attention_[p]) : 0.0f);
@@ -366,18 +339,17 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
 
   evict_.clear();
   SelectEvictions({.keep = keep_,
-                   .index = index_,
+                   .index = table_.indices(),
                    .protect = protect_,
-                   .next_index = next_index_,
+                   .next_index = table_.next_index(),
                    .need = need,
                    .block_size = config_.block_size,
                    .block_reduce = config_.block_reduce},
                   &selection_, &evict_);
   // Answer in append order.
-  std::sort(evict_.begin(), evict_.end(),
-            [&](int32_t a, int32_t b) { return index_[a] < index_[b]; });
+  table_.SortByAppendOrder(&evict_);
   result->evicted.clear();
-  for (int32_t p : evict_) result->evicted.push_back(slot_[p]);
+  for (int32_t p : evict_) result->evicted.push_back(table_.slots()[p]);
   RemovePositions(&evict_);
   account_->Release(static_cast<int64_t>(result->evicted.size()) *
                     bytes_per_entry_);
