@@ -7,6 +7,7 @@
 #include <memory>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
 #include "server/server.h"
 #include "tests/eval/reference.h"
@@ -56,6 +57,7 @@ class GrpcDeciderTest : public ::testing::Test {
     if (!session.ok()) return session.status();
     EvaluateOptions options;
     options.lag = lag;
+    options.record_evictions = true;
     auto result =
         EvaluateSequence(*model_, tokens_[story], session->get(), options);
     absl::Status closed = (*session)->Close();
@@ -91,8 +93,66 @@ TEST_F(GrpcDeciderTest, SameResultsAsInProcessForEveryPolicy) {
           EXPECT_EQ(remote.live_sum, local.live_sum);
           EXPECT_EQ(remote.peak_live, local.peak_live);
           EXPECT_EQ(remote.evicted, local.evicted);
+          EXPECT_EQ(remote.evicted_at, local.evicted_at);
         }
       }
+    }
+  }
+}
+
+TEST_F(GrpcDeciderTest, SameEvictionsAsInProcessForCheaperScoring) {
+  // In process the decider sketches, group-sums, selects layers and skips
+  // the queries of non-decision steps itself; over gRPC the client library
+  // does the sketching and the summing. Same story, same evictions.
+  struct Case {
+    const char* policy;
+    int32_t sketch_dim;
+    QueryForm form;
+    std::vector<int32_t> layers;
+    int32_t decide_every;
+    int32_t block_size;
+    bool block_summary;
+  };
+  const std::vector<Case> cases = {
+      {"entropy", 4, QueryForm::kGroupSum, {}, 1, 1, false},
+      {"affinity", 2, QueryForm::kPerHead, {}, 1, 1, false},
+      {"tova", 4, QueryForm::kPerHead, {0, 2, 4}, 4, 1, false},
+      {"h2o", 2, QueryForm::kPerHead, {}, 16, 1, false},
+      {"entropy", 4, QueryForm::kGroupSum, {1, 3}, 4, 4, true},
+      {"affinity", 0, QueryForm::kPerHead, {}, 1, 4, false},
+  };
+  for (const Case& c : cases) {
+    SessionConfig config = EngineSessionConfig(model_->config(), 24);
+    ASSERT_OK(ApplyPolicyName(c.policy, &config));
+    config.shape.sketch_dim = c.sketch_dim;
+    config.shape.query_form = c.form;
+    config.scored_layers = c.layers;
+    if (!c.layers.empty()) {
+      config.shape.layers = static_cast<int32_t>(c.layers.size());
+    }
+    config.decide_every = c.decide_every;
+    config.block_size = c.block_size;
+    config.block_summary = c.block_summary;
+    SCOPED_TRACE(absl::StrCat(
+        PolicyName(config), " ", SketchName(config.shape), " ",
+        std::string(QueryFormName(config.shape.query_form)), " layers ",
+        config.shape.layers, " every ", c.decide_every, " block ", c.block_size,
+        c.block_summary ? " summary" : ""));
+    for (int lag : {0, 1}) {
+      ASSERT_OK_AND_ASSIGN(SequenceResult local,
+                           Run(local_.get(), config, 0, lag));
+      ASSERT_OK_AND_ASSIGN(SequenceResult remote,
+                           Run(grpc_.get(), config, 0, lag));
+      EXPECT_GT(local.evicted, 0);
+      EXPECT_EQ(remote.evicted_at, local.evicted_at) << "lag " << lag;
+      EXPECT_EQ(remote.nll_sum, local.nll_sum);
+      EXPECT_EQ(remote.live_sum, local.live_sum);
+      EXPECT_EQ(remote.peak_live, local.peak_live);
+      EXPECT_EQ(remote.deferred, local.deferred);
+      EXPECT_EQ(local.deferred,
+                c.decide_every == 1
+                    ? 0
+                    : local.predicted - local.predicted / c.decide_every);
     }
   }
 }

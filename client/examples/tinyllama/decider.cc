@@ -6,37 +6,75 @@
 #include "absl/strings/str_cat.h"
 #include "entrokv/core/element_type.h"
 #include "entrokv/core/session.h"
+#include "entrokv/core/sketch.h"
 #include "entrokv/core/status_macros.h"
 
 namespace entrokv::tinyllama {
 
 namespace {
 
+// Does what an engine does before a step reaches core: selects the scored
+// layers, sketches keys and queries (Sketcher), and leaves out the queries
+// and the entropy of a step that will decide nothing. The cadence is tracked
+// here exactly as core counts it (docs/step-semantics.md section 11).
 class InProcessSession : public DeciderSession {
  public:
-  explicit InProcessSession(std::unique_ptr<SessionState> state)
-      : state_(std::move(state)) {}
+  InProcessSession(std::unique_ptr<SessionState> state, Sketcher sketcher)
+      : state_(std::move(state)), sketcher_(std::move(sketcher)) {}
 
   absl::Status Step(const DecisionRequest& request,
                     Decision* decision) override {
     if (state_ == nullptr) {
       return absl::FailedPreconditionError("decider session is closed");
     }
-    const ElementType type = state_->config().shape.element_type;
-    Encode(type, request.keys, &keys_);
-    Encode(type, request.queries, &queries_);
+    const SessionConfig& config = state_->config();
+    const Shape& shape = config.shape;
+    const ElementType type = shape.element_type;
+    ENTROKV_RETURN_IF_ERROR(SelectScoredLayers(
+        config.scored_layers, int64_t{shape.kv_heads} * shape.head_dim,
+        request.keys, &full_));
+    if (static_cast<int64_t>(full_.size()) != sketcher_.full_key_elements()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "append.keys: ", full_.size(),
+          " elements in the scored layers, expected ",
+          sketcher_.full_key_elements(), " (layers x kv_heads x head_dim)"));
+    }
+    sketcher_.Keys(full_, 1, &sketched_);
+    Encode(type, sketched_, &keys_);
+
+    const int64_t every = config.decide_every;
+    const bool decides =
+        every <= 1 || (accepted_ + 1) % every == 0 ||
+        (config.hard_ceiling > 0 && live_ + 1 > config.hard_ceiling);
     const uint64_t slot = request.slot;
     StepInput input;
     input.step = request.step;
     input.append.slot_ids = absl::MakeConstSpan(&slot, 1);
     input.append.keys = keys_;
-    input.queries = queries_;
-    input.entropy = request.entropy;
+    if (decides) {
+      ENTROKV_RETURN_IF_ERROR(SelectScoredLayers(
+          config.scored_layers, int64_t{shape.q_heads} * shape.head_dim,
+          request.queries, &full_));
+      if (static_cast<int64_t>(full_.size()) !=
+          sketcher_.full_query_elements()) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "queries: ", full_.size(),
+            " elements in the scored layers, expected ",
+            sketcher_.full_query_elements(), " (layers x q_heads x head_dim)"));
+      }
+      sketcher_.Queries(full_, &sketched_);
+      Encode(type, sketched_, &queries_);
+      input.queries = queries_;
+      input.entropy = request.entropy;
+    }
     StepResult result;
     ENTROKV_RETURN_IF_ERROR(state_->Step(input, &result));
+    ++accepted_;
+    live_ = result.live;
     decision->evicted = std::move(result.evicted);
     decision->live = result.live;
     decision->budget = result.budget;
+    decision->deferred = result.deferred;
     return absl::OkStatus();
   }
 
@@ -53,6 +91,12 @@ class InProcessSession : public DeciderSession {
   }
 
   std::unique_ptr<SessionState> state_;
+  const Sketcher sketcher_;
+  int64_t accepted_ = 0;  // Steps core accepted.
+  int64_t live_ = 0;      // Live entries after the last step, pending included.
+  // Scratch.
+  std::vector<float> full_;
+  std::vector<float> sketched_;
   std::vector<std::byte> keys_;
   std::vector<std::byte> queries_;
 };
@@ -70,8 +114,9 @@ class InProcessDecider : public Decider {
       const SessionConfig& config) override {
     ENTROKV_ASSIGN_OR_RETURN(std::unique_ptr<SessionState> state,
                              backend_->CreateSession(config, SessionLimits{}));
-    return std::unique_ptr<DeciderSession>(
-        std::make_unique<InProcessSession>(std::move(state)));
+    ENTROKV_ASSIGN_OR_RETURN(Sketcher sketcher, Sketcher::Create(config));
+    return std::unique_ptr<DeciderSession>(std::make_unique<InProcessSession>(
+        std::move(state), std::move(sketcher)));
   }
 
  private:
@@ -79,6 +124,33 @@ class InProcessDecider : public Decider {
 };
 
 }  // namespace
+
+absl::Status SelectScoredLayers(const std::vector<int32_t>& layers,
+                                int64_t per_layer, absl::Span<const float> all,
+                                std::vector<float>* out) {
+  if (per_layer <= 0 || all.size() % static_cast<size_t>(per_layer) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("scored layers: ", all.size(),
+                     " elements are not whole layers of ", per_layer));
+  }
+  if (layers.empty()) {
+    out->assign(all.begin(), all.end());
+    return absl::OkStatus();
+  }
+  const int64_t model_layers = static_cast<int64_t>(all.size()) / per_layer;
+  out->clear();
+  out->reserve(layers.size() * static_cast<size_t>(per_layer));
+  for (const int32_t l : layers) {
+    if (l < 0 || l >= model_layers) {
+      return absl::InvalidArgumentError(absl::StrCat("scored_layers: layer ", l,
+                                                     " is beyond the engine's ",
+                                                     model_layers, " layers"));
+    }
+    const float* begin = all.data() + int64_t{l} * per_layer;
+    out->insert(out->end(), begin, begin + per_layer);
+  }
+  return absl::OkStatus();
+}
 
 absl::StatusOr<std::unique_ptr<Decider>> CreateInProcessDecider(
     BackendKind kind) {

@@ -7,6 +7,15 @@
 // library (grpc_decider.h, built only with the client library). Both see the
 // same inputs, so they must answer the same evictions.
 //
+// The engine always reports its full vectors: every model layer, every q head,
+// head_dim columns. A session's configuration may ask for less
+// (SessionConfig::scored_layers, Shape::sketch_dim, Shape::query_form,
+// decide_every); each decider then sends what the configuration names, as an
+// engine would: only the scored layers (SelectScoredLayers), projected and
+// group-summed by entrokv::Sketcher (the in-process decider applies it itself,
+// the client library does for the gRPC one), and no queries or entropy on a
+// step that decides nothing.
+//
 // Thread-safety: a Decider's Open() is thread-safe; a DeciderSession belongs to
 // one decode loop.
 
@@ -30,9 +39,11 @@ namespace entrokv::tinyllama {
 struct DecisionRequest {
   uint64_t step = 0;  // Strictly increasing within a session.
   uint64_t slot = 0;  // The new entry's slot id.
-  // The new entry's post-RoPE keys, [layer][kv_head][head_dim], f32.
+  // The new entry's post-RoPE keys, [layer][kv_head][head_dim], f32, for
+  // every model layer.
   absl::Span<const float> keys;
-  // The step's post-RoPE queries, [layer][q_head][head_dim], f32.
+  // The step's post-RoPE queries, [layer][q_head][head_dim], f32, for every
+  // model layer.
   absl::Span<const float> queries;
   double entropy = 0.0;  // H(p_t) in nats.
 };
@@ -41,6 +52,8 @@ struct Decision {
   std::vector<uint64_t> evicted;  // Slots to free, oldest first.
   int64_t live = 0;               // Live entries after the evictions.
   int64_t budget = 0;             // The step's effective budget B_t.
+  // The step made no decision (decide_every > 1, not a decision step).
+  bool deferred = false;
 };
 
 class DeciderSession {
@@ -57,11 +70,21 @@ class Decider {
   virtual ~Decider() = default;
   // "inprocess:cpu", "grpc:localhost:50051", ...
   virtual std::string Describe() const = 0;
-  // Opens a session for one sequence. `config.shape` must describe what the
-  // engine sends (f32 keys and queries).
+  // Opens a session for one sequence. `config.shape` describes the session's
+  // wire form (f32; layers = the scored layers' count, head_dim the model's,
+  // sketch_dim and query_form as wanted); requests carry the engine's full
+  // vectors.
   virtual absl::StatusOr<std::unique_ptr<DeciderSession>> Open(
       const SessionConfig& config) = 0;
 };
+
+// The engine's side of SessionConfig::scored_layers: the rows of the scored
+// layers out of `all`, a [model layer][per_layer] vector. Empty `layers`: all
+// of `all`. InvalidArgument when `all` is not a whole number of layers or a
+// scored layer is beyond it.
+absl::Status SelectScoredLayers(const std::vector<int32_t>& layers,
+                                int64_t per_layer, absl::Span<const float> all,
+                                std::vector<float>* out);
 
 // Decisions from entrokv core in this process, on `kind`'s backend.
 absl::StatusOr<std::unique_ptr<Decider>> CreateInProcessDecider(

@@ -42,6 +42,9 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
   ForwardOutput out;
   SequenceResult result;
   std::deque<std::vector<uint64_t>> pending;  // Answers not yet applied.
+  if (options.record_evictions) {
+    result.evicted_at.assign(tokens.size() - 1, kNeverEvicted);
+  }
   for (size_t t = 0; t + 1 < tokens.size(); ++t) {
     const int position = static_cast<int>(t);
     absl::Status status = model.Forward(tokens[t], position, &cache, &out);
@@ -67,9 +70,15 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
       return absl::Status(status.code(), absl::StrCat("decider, position ", t,
                                                       ": ", status.message()));
     }
+    if (decision.deferred) ++result.deferred;
     pending.push_back(std::move(decision.evicted));
     if (pending.size() > static_cast<size_t>(options.lag)) {
       for (uint64_t slot : pending.front()) {
+        if (options.record_evictions &&
+            slot < static_cast<uint64_t>(cache.capacity())) {
+          const int p = cache.position(static_cast<int>(slot));
+          if (p >= 0) result.evicted_at[p] = position + 1;
+        }
         status = cache.Evict(slot);
         if (!status.ok()) {
           return absl::Status(

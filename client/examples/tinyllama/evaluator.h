@@ -26,6 +26,7 @@
 #define ENTROKV_CLIENT_EXAMPLES_TINYLLAMA_EVALUATOR_H_
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -45,11 +46,19 @@ struct SequenceResult {
   int64_t peak_live = 0;    // Most entries held at once.
   int64_t evicted = 0;      // Entries freed.
   std::vector<double> nll;  // Per position (only when asked for).
+  int64_t deferred = 0;     // Steps the decider answered without deciding.
+  // Only when asked for (record_evictions): per appended position p, the
+  // first position whose token no longer attends p (its eviction applied),
+  // or kNeverEvicted.
+  std::vector<int32_t> evicted_at;
 };
+
+inline constexpr int32_t kNeverEvicted = std::numeric_limits<int32_t>::max();
 
 struct EvaluateOptions {
   int lag = 0;  // 0: apply step t's evictions before token t+1; 1: before t+2.
   bool keep_per_token_nll = false;
+  bool record_evictions = false;  // Fill SequenceResult::evicted_at.
 };
 
 // The session configuration the engine uses for this model: shape (every

@@ -1,6 +1,8 @@
 #include "tinyllama/grpc_decider.h"
 
+#include <cstdint>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "entrokv/client/client.h"
@@ -14,17 +16,37 @@ namespace {
 
 class GrpcSession : public DeciderSession {
  public:
-  explicit GrpcSession(std::unique_ptr<Session> session)
-      : session_(std::move(session)) {}
+  GrpcSession(std::unique_ptr<Session> session, const SessionConfig& config)
+      : session_(std::move(session)),
+        scored_layers_(config.scored_layers),
+        key_row_(int64_t{config.shape.kv_heads} * config.shape.head_dim),
+        query_row_(int64_t{config.shape.q_heads} * config.shape.head_dim) {}
 
+  // The client library sketches and group-sums; the engine's part is to send
+  // only the scored layers, and nothing but the keys on a step that decides
+  // nothing.
   absl::Status Step(const DecisionRequest& request,
                     Decision* decision) override {
     const uint64_t slot = request.slot;
     StepRequest step;
     step.slot_ids = absl::MakeConstSpan(&slot, 1);
-    step.keys = VectorView::F32(request.keys);
-    step.queries = VectorView::F32(request.queries);
-    step.entropy = request.entropy;
+    if (scored_layers_.empty()) {
+      step.keys = VectorView::F32(request.keys);
+    } else {
+      ENTROKV_RETURN_IF_ERROR(
+          SelectScoredLayers(scored_layers_, key_row_, request.keys, &keys_));
+      step.keys = VectorView::F32(keys_);
+    }
+    if (session_->NextStepDecides(1)) {
+      if (scored_layers_.empty()) {
+        step.queries = VectorView::F32(request.queries);
+      } else {
+        ENTROKV_RETURN_IF_ERROR(SelectScoredLayers(scored_layers_, query_row_,
+                                                   request.queries, &queries_));
+        step.queries = VectorView::F32(queries_);
+      }
+      step.entropy = request.entropy;
+    }
     ENTROKV_ASSIGN_OR_RETURN(StepOutcome outcome, session_->Step(step));
     if (outcome.fallback) {
       return absl::UnavailableError(absl::StrCat(
@@ -35,6 +57,7 @@ class GrpcSession : public DeciderSession {
     decision->evicted = std::move(outcome.evicted);
     decision->live = outcome.live;
     decision->budget = outcome.budget;
+    decision->deferred = outcome.deferred;
     return absl::OkStatus();
   }
 
@@ -42,6 +65,11 @@ class GrpcSession : public DeciderSession {
 
  private:
   std::unique_ptr<Session> session_;
+  const std::vector<int32_t> scored_layers_;
+  const int64_t key_row_;    // Key elements per model layer.
+  const int64_t query_row_;  // Query elements per model layer.
+  std::vector<float> keys_;
+  std::vector<float> queries_;
 };
 
 class GrpcDecider : public Decider {
@@ -62,7 +90,7 @@ class GrpcDecider : public Decider {
     ENTROKV_ASSIGN_OR_RETURN(std::unique_ptr<Session> session,
                              client_->CreateSession(config, options));
     return std::unique_ptr<DeciderSession>(
-        std::make_unique<GrpcSession>(std::move(session)));
+        std::make_unique<GrpcSession>(std::move(session), config));
   }
 
  private:
