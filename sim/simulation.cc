@@ -5,41 +5,107 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "entrokv/core/backend.h"
 #include "entrokv/core/metrics.h"
 #include "entrokv/core/session.h"
+#include "entrokv/core/sketch.h"
 #include "entrokv/core/status_macros.h"
 
 namespace entrokv::sim {
 
+namespace {
+
+// Rows of the scored layers out of a [layer][per_layer] vector (all of it
+// when `layers` is empty).
+void SelectLayers(const std::vector<int32_t>& layers, int64_t per_layer,
+                  const std::vector<float>& all, std::vector<float>* out) {
+  if (layers.empty()) {
+    *out = all;
+    return;
+  }
+  out->clear();
+  for (const int32_t l : layers) {
+    const auto begin = all.begin() + int64_t{l} * per_layer;
+    out->insert(out->end(), begin, begin + per_layer);
+  }
+}
+
+}  // namespace
+
+SessionConfig SessionFor(const RunOptions& options) {
+  SessionConfig config = options.session;
+  const Shape& wanted = options.session.shape;
+  config.shape = options.stream.shape;
+  config.shape.sketch_dim = wanted.sketch_dim;
+  config.shape.query_form = wanted.query_form;
+  if (!config.scored_layers.empty()) {
+    config.shape.layers = static_cast<int32_t>(config.scored_layers.size());
+  }
+  return config;
+}
+
 absl::StatusOr<RunResult> Run(const RunOptions& options) {
   ENTROKV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                            CreateBackend(BackendKind::kCpu));
-  SessionConfig config = options.session;
-  config.shape = options.stream.shape;
+  const SessionConfig config = SessionFor(options);
+  for (const int32_t l : config.scored_layers) {
+    if (l >= options.stream.shape.layers) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("scored_layers: layer ", l, " is beyond the stream's ",
+                       options.stream.shape.layers, " layers"));
+    }
+  }
   ENTROKV_ASSIGN_OR_RETURN(std::unique_ptr<SessionState> session,
                            backend->CreateSession(config, {}));
-  SyntheticStream stream(options.stream);
-  const Shape& shape = config.shape;
-  const int64_t per_entry = shape.key_elements();
-  const size_t esize = ElementSize(shape.element_type);
+  ENTROKV_ASSIGN_OR_RETURN(const Sketcher sketcher, Sketcher::Create(config));
+  // The stream produces what an engine holds: every layer, full head_dim,
+  // one query per q head. The metric reads those; core gets the session's
+  // wire form (scored layers, sketched, group-summed).
+  SyntheticParams stream_params = options.stream;
+  Shape& full = stream_params.shape;
+  full.sketch_dim = 0;
+  full.query_form = QueryForm::kPerHead;
+  SyntheticStream stream(stream_params);
+  const ElementType type = full.element_type;
+  const int64_t per_entry = full.key_elements();
+  const size_t esize = ElementSize(type);
 
   RunResult out;
   std::vector<float> keys, values;  // Every entry ever appended (floats).
   std::vector<uint8_t> live;
   SyntheticStep step;
-  std::vector<std::byte> key_bytes(per_entry * esize);
-  std::vector<std::byte> query_bytes(shape.query_elements() * esize);
+  std::vector<std::byte> scratch(std::max(per_entry, full.query_elements()) *
+                                 esize);
   std::vector<float> rounded_key(per_entry),
-      rounded_query(shape.query_elements());
+      rounded_query(full.query_elements());
+  std::vector<float> selected, wire;
+  std::vector<std::byte> key_bytes, query_bytes;
+  auto round = [&](const std::vector<float>& in, std::vector<float>* rounded) {
+    EncodeElements(type, in.data(), in.size(), scratch.data());
+    DecodeElements(type, scratch.data(), in.size(), rounded->data());
+  };
+  auto encode = [&](const std::vector<float>& in,
+                    std::vector<std::byte>* bytes) {
+    bytes->resize(in.size() * esize);
+    EncodeElements(type, in.data(), in.size(), bytes->data());
+  };
   StepResult result;
   double live_sum = 0.0;
   for (int64_t t = 0; t < options.steps; ++t) {
     stream.Next(&step);
-    EncodeElements(shape.element_type, step.key.data(), per_entry,
-                   key_bytes.data());
-    EncodeElements(shape.element_type, step.query.data(), step.query.size(),
-                   query_bytes.data());
+    // The engine holds keys and queries rounded to the element type; what it
+    // sends is derived from those.
+    round(step.key, &rounded_key);
+    round(step.query, &rounded_query);
+    SelectLayers(config.scored_layers, int64_t{full.kv_heads} * full.head_dim,
+                 rounded_key, &selected);
+    sketcher.Keys(selected, 1, &wire);
+    encode(wire, &key_bytes);
+    SelectLayers(config.scored_layers, int64_t{full.q_heads} * full.head_dim,
+                 rounded_query, &selected);
+    sketcher.Queries(selected, &wire);
+    encode(wire, &query_bytes);
     const uint64_t slot = static_cast<uint64_t>(t);
     StepInput input;
     input.step = static_cast<uint64_t>(t);
@@ -48,23 +114,19 @@ absl::StatusOr<RunResult> Run(const RunOptions& options) {
     input.queries = query_bytes;
     input.entropy = step.entropy;
     ENTROKV_RETURN_IF_ERROR(session->Step(input, &result));
-    // The metric sees what the engine has: keys as rounded to the element type.
-    DecodeElements(shape.element_type, key_bytes.data(), per_entry,
-                   rounded_key.data());
     keys.insert(keys.end(), rounded_key.begin(), rounded_key.end());
     values.insert(values.end(), step.value.begin(), step.value.end());
     live.push_back(1);
     for (uint64_t id : result.evicted) {
       live[id] = 0;
       out.evicted.push_back(id);
+      out.evicted_step.push_back(t);
     }
     live_sum += static_cast<double>(result.live);
     out.peak_live = std::max(out.peak_live, result.live);
     if (options.quality) {
-      DecodeElements(shape.element_type, query_bytes.data(),
-                     rounded_query.size(), rounded_query.data());
       const QualityMetrics q =
-          ComputeQuality(shape, keys, values, rounded_query, live);
+          ComputeQuality(full, keys, values, rounded_query, live);
       out.memory_error.push_back(q.memory_error);
       out.recall.push_back(q.attention_recall);
       out.first_order_error.push_back(q.first_order_error);
@@ -118,6 +180,22 @@ double ChiSquareCritical(int k) {
   return k * t * t * t;
 }
 
+// Standard error of the mean of `e` by batch means (√n batches of √n
+// steps): the per-step errors are autocorrelated over a topic's dwell time,
+// so consecutive steps are not independent.
+double BatchMeansStandardError(const std::vector<double>& e) {
+  const size_t batches = std::max<size_t>(
+      4, static_cast<size_t>(std::sqrt(static_cast<double>(e.size()))));
+  const size_t len = std::max<size_t>(1, e.size() / batches);
+  std::vector<double> means;
+  for (size_t b = 0; b + len <= e.size() && means.size() < batches; b += len) {
+    means.push_back(std::accumulate(e.begin() + b, e.begin() + b + len, 0.0) /
+                    static_cast<double>(len));
+  }
+  const Summary bm = Summarize(means);
+  return std::sqrt(bm.variance / static_cast<double>(means.size()));
+}
+
 }  // namespace
 
 absl::StatusOr<SanityCheck> RunSanityCheck(const RunOptions& options,
@@ -131,22 +209,8 @@ absl::StatusOr<SanityCheck> RunSanityCheck(const RunOptions& options,
     o.session.seed = seed;
     o.quality = true;
     ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(o));
-    // Standard error by batch means: the per-step errors are autocorrelated
-    // over a topic's dwell time, so consecutive steps are not independent.
-    const std::vector<double>& e = r.memory_error;
-    const size_t batches = std::max<size_t>(
-        4, static_cast<size_t>(std::sqrt(static_cast<double>(e.size()))));
-    const size_t len = std::max<size_t>(1, e.size() / batches);
-    std::vector<double> means;
-    for (size_t b = 0; b + len <= e.size() && means.size() < batches;
-         b += len) {
-      means.push_back(std::accumulate(e.begin() + b, e.begin() + b + len, 0.0) /
-                      static_cast<double>(len));
-    }
-    const Summary bm = Summarize(means);
-    check.means.push_back(Summarize(e).mean);
-    check.standard_errors.push_back(
-        std::sqrt(bm.variance / static_cast<double>(means.size())));
+    check.means.push_back(Summarize(r.memory_error).mean);
+    check.standard_errors.push_back(BatchMeansStandardError(r.memory_error));
   }
   double wsum = 0.0, wmean = 0.0;
   for (size_t k = 0; k < seeds.size(); ++k) {
@@ -193,6 +257,10 @@ absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
   }
   std::vector<ComparisonRow> rows;
   for (const Variant& v : variants) {
+    if (base.session.shape.query_form == QueryForm::kGroupSum &&
+        RankingNeedsPerHeadQueries(v.ranking)) {
+      continue;
+    }
     RunOptions o = base;
     o.session.ranking = v.ranking;
     o.session.budget_control = v.control;
@@ -204,7 +272,8 @@ absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
       ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(o));
       return r.mean_live;
     };
-    int64_t lo = 1, hi = std::max<int64_t>(2, static_cast<int64_t>(4 * target));
+    int64_t lo = o.session.block_summary ? o.session.block_size : 1;
+    int64_t hi = std::max<int64_t>(lo + 1, static_cast<int64_t>(4 * target));
     int64_t best = lo;
     double best_gap = INFINITY;
     while (lo <= hi) {
@@ -240,6 +309,144 @@ absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
     rows.push_back(row);
   }
   return rows;
+}
+
+SessionConfig ExactScoring(SessionConfig config) {
+  config.shape.sketch_dim = 0;
+  config.shape.query_form = QueryForm::kPerHead;
+  config.scored_layers.clear();
+  config.decide_every = 1;
+  config.hard_ceiling = 0;
+  config.block_summary = false;
+  return config;
+}
+
+std::string VariantName(const SessionConfig& config) {
+  std::vector<std::string> parts;
+  if (config.shape.sketch_dim > 0) parts.push_back(SketchName(config.shape));
+  if (config.shape.query_form != QueryForm::kPerHead) {
+    parts.emplace_back(QueryFormName(config.shape.query_form));
+  }
+  if (!config.scored_layers.empty()) {
+    parts.push_back(
+        absl::StrCat("layers:", absl::StrJoin(config.scored_layers, ",")));
+  }
+  if (config.decide_every > 1) {
+    parts.push_back(absl::StrCat("every:", config.decide_every));
+  }
+  if (config.block_size > 1) {
+    parts.push_back(absl::StrCat("block:", config.block_size));
+  }
+  if (config.block_summary) parts.emplace_back("summary");
+  return parts.empty() ? "exact" : absl::StrJoin(parts, " ");
+}
+
+absl::StatusOr<Calibration> Calibrate(const RunOptions& options,
+                                      double target) {
+  RunOptions o = options;
+  o.quality = false;
+  auto mean_live_at = [&](int64_t b) -> absl::StatusOr<double> {
+    o.session.budget = b;
+    ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(o));
+    return r.mean_live;
+  };
+  // Mean live grows with the budget; at `steps` nothing is ever evicted.
+  const int64_t min_budget = o.session.block_summary ? o.session.block_size : 1;
+  const int64_t max_budget = std::max(o.steps, min_budget + 1);
+  Calibration c;
+  ENTROKV_ASSIGN_OR_RETURN(const double at_min, mean_live_at(min_budget));
+  ENTROKV_ASSIGN_OR_RETURN(const double at_max, mean_live_at(max_budget));
+  if (at_min > target || at_max <= target) return c;
+  // Invariant: mean(lo) <= target < mean(hi).
+  int64_t lo = min_budget, hi = max_budget;
+  while (hi - lo > 1) {
+    const int64_t mid = lo + (hi - lo) / 2;
+    ENTROKV_ASSIGN_OR_RETURN(const double m, mean_live_at(mid));
+    if (m <= target) {
+      lo = mid;
+    } else {
+      hi = mid;
+    }
+  }
+  o.quality = true;
+  o.session.budget = lo;
+  ENTROKV_ASSIGN_OR_RETURN(c.lo, Run(o));
+  o.session.budget = hi;
+  ENTROKV_ASSIGN_OR_RETURN(c.hi, Run(o));
+  c.found = true;
+  c.lo_budget = lo;
+  c.hi_budget = hi;
+  const double x0 = c.lo.mean_live, x1 = c.hi.mean_live;
+  const double w = x1 > x0 ? (target - x0) / (x1 - x0) : 0.0;
+  c.memory_error.resize(c.lo.memory_error.size());
+  for (size_t t = 0; t < c.memory_error.size(); ++t) {
+    c.memory_error[t] = c.lo.memory_error[t] +
+                        w * (c.hi.memory_error[t] - c.lo.memory_error[t]);
+  }
+  c.mean_error = Summarize(c.memory_error).mean;
+  c.recall = Summarize(c.lo.recall).mean +
+             w * (Summarize(c.hi.recall).mean - Summarize(c.lo.recall).mean);
+  return c;
+}
+
+absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& variant,
+                                            double target) {
+  FidelityRow row;
+  RunOptions exact = variant;
+  exact.session = ExactScoring(variant.session);
+  row.policy = PolicyName(variant.session);
+  row.variant = VariantName(variant.session);
+  row.target_mean_live = target;
+  ENTROKV_ASSIGN_OR_RETURN(row.exact, Calibrate(exact, target));
+  ENTROKV_ASSIGN_OR_RETURN(row.cheap, Calibrate(variant, target));
+  if (!row.exact.found || !row.cheap.found) return row;
+  std::vector<double> diff(row.exact.memory_error.size());
+  for (size_t t = 0; t < diff.size(); ++t) {
+    diff[t] = row.cheap.memory_error[t] - row.exact.memory_error[t];
+  }
+  row.diff_pct = 100.0 * (row.cheap.mean_error / row.exact.mean_error - 1.0);
+  row.diff_se_pct =
+      100.0 * BatchMeansStandardError(diff) / row.exact.mean_error;
+
+  const bool lo_nearer =
+      target - row.exact.lo.mean_live <= row.exact.hi.mean_live - target;
+  row.same_budget = lo_nearer ? row.exact.lo_budget : row.exact.hi_budget;
+  const RunResult& a = lo_nearer ? row.exact.lo : row.exact.hi;
+  RunOptions o = variant;
+  o.quality = false;
+  o.session.budget = row.same_budget;
+  ENTROKV_ASSIGN_OR_RETURN(const RunResult b, Run(o));
+  // Step at which each entry was evicted (steps: never).
+  auto evicted_at = [&](const RunResult& r) {
+    std::vector<int64_t> at(static_cast<size_t>(o.steps), o.steps);
+    for (size_t k = 0; k < r.evicted.size(); ++k) {
+      at[r.evicted[k]] = r.evicted_step[k];
+    }
+    return at;
+  };
+  const std::vector<int64_t> x = evicted_at(a), y = evicted_at(b);
+  int64_t both = 0, either = 0;
+  for (int64_t i = 0; i < o.steps; ++i) {
+    both += x[i] < o.steps && y[i] < o.steps;
+    either += x[i] < o.steps || y[i] < o.steps;
+  }
+  row.evicted_jaccard =
+      either == 0 ? 1.0
+                  : static_cast<double>(both) / static_cast<double>(either);
+  double sum = 0.0;
+  for (int64_t t = 0; t < o.steps; ++t) {
+    int64_t in_both = 0, in_either = 0;
+    for (int64_t i = 0; i <= t; ++i) {
+      const bool lx = x[i] > t, ly = y[i] > t;
+      in_both += lx && ly;
+      in_either += lx || ly;
+    }
+    sum += in_either == 0
+               ? 1.0
+               : static_cast<double>(in_both) / static_cast<double>(in_either);
+  }
+  row.live_jaccard = o.steps > 0 ? sum / static_cast<double>(o.steps) : 0.0;
+  return row;
 }
 
 }  // namespace entrokv::sim

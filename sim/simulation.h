@@ -17,7 +17,13 @@
 namespace entrokv::sim {
 
 struct RunOptions {
+  // The stream always generates an engine's full vectors (stream.shape's
+  // layers, q heads and head_dim); the memory error is measured on those.
   SyntheticParams stream;
+  // The policy. Its shape's sketch_dim and query_form, and scored_layers
+  // (indices into the stream's layers), say what core is sent: the scored
+  // layers, projected and group-summed by entrokv::Sketcher. The rest of the
+  // shape is the stream's.
   SessionConfig session;
   int64_t steps = 1000;
   bool quality = true;  // Compute per-step metrics (the costly part).
@@ -28,11 +34,17 @@ struct RunResult {
   std::vector<double> recall;             // Per step (quality only).
   std::vector<double> first_order_error;  // Per step (quality only).
   std::vector<uint64_t> evicted;          // Every eviction, in order.
+  std::vector<int64_t> evicted_step;      // The step of each eviction.
   double mean_live = 0.0;  // Live entries after each step, averaged.
   int64_t peak_live = 0;
 };
 
 absl::StatusOr<RunResult> Run(const RunOptions& options);
+
+// The session configuration Run() creates: options.session with the stream's
+// shape, the session's sketch and query form, and layers = the number of
+// scored layers.
+SessionConfig SessionFor(const RunOptions& options);
 
 struct Summary {
   double mean = 0.0;
@@ -81,9 +93,56 @@ struct ComparisonRow {
 
 // Every ranking × budget control (and the seed affinity rule), each with its
 // nominal budget calibrated by bisection so that its mean live entries match
-// `target_mean_live` within 1%.
+// `target_mean_live` within 1%. Rankings that need per-head queries are left
+// out under group-sum queries.
 absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
                                                    double target_mean_live);
+
+// The same policy scored exactly: no sketch, per-head queries, every layer,
+// a decision every step, per-token state (the block size stays).
+SessionConfig ExactScoring(SessionConfig config);
+// "exact", or the cheaper-scoring parts of `config`: "project:4 group_sum
+// layers:0,1 every:4 block:4 summary".
+std::string VariantName(const SessionConfig& config);
+
+// A run at a target mean live count: the two adjacent nominal budgets whose
+// mean live entries bracket it (lo <= target < hi = lo + 1), found by
+// bisection, both run with quality metrics; the memory error is interpolated
+// linearly in mean live between them, step by step.
+struct Calibration {
+  bool found = false;  // False when no budget reaches the target.
+  int64_t lo_budget = 0;
+  int64_t hi_budget = 0;
+  RunResult lo;
+  RunResult hi;
+  std::vector<double> memory_error;  // Per step, interpolated.
+  double mean_error = 0.0;
+  double recall = 0.0;  // Interpolated likewise.
+};
+absl::StatusOr<Calibration> Calibrate(const RunOptions& options,
+                                      double target_mean_live);
+
+// A cheaper-scoring variant against the same policy scored exactly
+// (ExactScoring of variant.session), at equal mean live entries.
+struct FidelityRow {
+  std::string policy;
+  std::string variant;
+  double target_mean_live = 0.0;
+  Calibration exact;
+  Calibration cheap;
+  double diff_pct = 0.0;  // 100 · (cheap mean error / exact − 1).
+  // Standard error of diff_pct by batch means of the per-step difference
+  // (steps are autocorrelated; see RunSanityCheck).
+  double diff_se_pct = 0.0;
+  // At the same nominal budget (the exact bracket's budget nearer the
+  // target): Jaccard index of the sets of entries ever evicted, and the
+  // mean over steps of the Jaccard index of the live sets after each step.
+  int64_t same_budget = 0;
+  double evicted_jaccard = 0.0;
+  double live_jaccard = 0.0;
+};
+absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& variant,
+                                            double target_mean_live);
 
 }  // namespace entrokv::sim
 
