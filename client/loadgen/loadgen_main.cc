@@ -70,6 +70,17 @@ ABSL_FLAG(uint64_t, seed, 1, "Synthetic stream seed (session i uses seed+i)");
 ABSL_FLAG(int32_t, pool, 64, "Distinct decode steps generated per session");
 ABSL_FLAG(absl::Duration, step_deadline, absl::Seconds(10),
           "--client=library: per-step deadline");
+ABSL_FLAG(int32_t, batch, 1,
+          "Sessions per DecodeBatch: each thread steps N sessions with one "
+          "message per decode step (client library); Echo then sends one "
+          "message of the same bytes. 1: one stream per session");
+ABSL_FLAG(std::string, sketch, "exact",
+          "exact or project:R (client library only: it projects)");
+ABSL_FLAG(std::string, query_form, "per_head",
+          "per_head or group_sum (client library only)");
+ABSL_FLAG(int32_t, decide_every, 1, "Decision cadence K");
+ABSL_FLAG(bool, block_summary, false,
+          "One state per block (needs --block_size >= 2)");
 ABSL_FLAG(bool, json, false, "Print the report as JSON");
 ABSL_FLAG(bool, progress, true, "Progress bar on stderr");
 
@@ -161,13 +172,22 @@ struct Shared {
   std::map<std::string, ModeStats> stats ABSL_GUARDED_BY(mu);
 };
 
-// One session's thread: set up, then each phase between barrier waits.
-class SessionRunner {
+// One thread's work: set up, then each phase between barrier waits.
+class Runner {
+ public:
+  virtual ~Runner() = default;
+  virtual absl::Status SetUp() = 0;
+  virtual void RunPhase(const std::string& mode, absl::Time phase_start) = 0;
+  virtual void TearDown() = 0;
+};
+
+// One session's thread.
+class SessionRunner final : public Runner {
  public:
   SessionRunner(Shared* shared, SessionData data, int index)
       : shared_(shared), data_(std::move(data)), index_(index) {}
 
-  absl::Status SetUp() {
+  absl::Status SetUp() override {
     v1::CreateSessionRequest request;
     v1::SessionConfig* config = request.mutable_config();
     const SessionConfig& c = shared_->config;
@@ -187,6 +207,8 @@ class SessionRunner {
                               ? v1::PLACEMENT_GPU
                               : v1::PLACEMENT_AUTO);
     config->set_placement_fallback(true);
+    config->set_decide_every(c.decide_every);
+    config->set_block_summary(c.block_summary);
     if (UsesLibrary()) {
       SessionOptions options;
       options.step_deadline = absl::GetFlag(FLAGS_step_deadline);
@@ -238,7 +260,7 @@ class SessionRunner {
     return absl::OkStatus();
   }
 
-  void RunPhase(const std::string& mode, absl::Time phase_start) {
+  void RunPhase(const std::string& mode, absl::Time phase_start) override {
     ModeStats stats;
     for (int k = 0; k < shared_->steps_per_round; ++k) {
       absl::Time start = absl::Now();
@@ -270,7 +292,7 @@ class SessionRunner {
     shared_->stats[mode].Merge(stats);
   }
 
-  void TearDown() {
+  void TearDown() override {
     if (UsesLibrary()) {
       if (session_ != nullptr) (void)session_->Close();
       return;
@@ -425,6 +447,201 @@ class SessionRunner {
   v1::EchoMessage echo_response_;
 };
 
+// One thread stepping `data.size()` sessions through one DecodeBatch: one
+// message per decode step for all of them. Echo sends one message of the
+// same bytes each way.
+class BatchRunner final : public Runner {
+ public:
+  BatchRunner(Shared* shared, std::vector<SessionData> data)
+      : shared_(shared), data_(std::move(data)) {}
+
+  absl::Status SetUp() override {
+    batch_ = shared_->client->CreateBatch(
+        absl::GetFlag(FLAGS_client) == "library-callback" ? StreamApi::kCallback
+                                                          : StreamApi::kSync);
+    SessionOptions options;
+    options.step_deadline = absl::GetFlag(FLAGS_step_deadline);
+    options.offline_when_unavailable = false;
+    for (size_t i = 0; i < data_.size(); ++i) {
+      absl::StatusOr<std::unique_ptr<Session>> session =
+          batch_->CreateSession(shared_->config, options);
+      if (!session.ok()) return session.status();
+      sessions_.push_back(*std::move(session));
+    }
+    next_slot_.assign(data_.size(), 0);
+    // Prefill one session per message: a whole batch's prefill chunk could
+    // pass the server's message size limit.
+    for (size_t i = 0; i < data_.size(); ++i) {
+      for (size_t c = 0; c < data_[i].prefill_keys.size(); ++c) {
+        const std::vector<uint64_t> slots =
+            Slots(i, data_[i].prefill_counts[c]);
+        const BatchStep step{
+            sessions_[i].get(),
+            Request(slots, data_[i].prefill_keys[c], data_[i].prefill_query,
+                    data_[i].prefill_entropy)};
+        absl::StatusOr<StepOutcome> o = std::move(batch_->Step({&step, 1})[0]);
+        if (!o.ok()) return o.status();
+        if (o->fallback) {
+          return absl::UnavailableError(
+              absl::StrCat("prefill decided locally: ",
+                           sessions_[i]->degraded_reason().ToString()));
+        }
+      }
+    }
+    if (std::find(shared_->modes.begin(), shared_->modes.end(), "echo") !=
+        shared_->modes.end()) {
+      echo_context_ = std::make_unique<grpc::ClientContext>();
+      echo_ = shared_->stub->Echo(echo_context_.get());
+    }
+    return absl::OkStatus();
+  }
+
+  void RunPhase(const std::string& mode, absl::Time phase_start) override {
+    ModeStats stats;
+    const int64_t n = static_cast<int64_t>(data_.size());
+    for (int k = 0; k < shared_->steps_per_round; ++k) {
+      absl::Time start = absl::Now();
+      if (shared_->per_session_rate > 0) {
+        const absl::Time scheduled =
+            phase_start + absl::Seconds(k / shared_->per_session_rate);
+        if (scheduled > start) absl::SleepFor(scheduled - start);
+        start = scheduled;
+      }
+      if (mode == "echo") {
+        if (!broken_echo_) Echo(&stats);
+      } else {
+        Decode(&stats);
+      }
+      shared_->done.fetch_add(n, std::memory_order_relaxed);
+    }
+    absl::MutexLock lock(&shared_->mu);
+    shared_->stats[mode].Merge(stats);
+  }
+
+  void TearDown() override {
+    for (auto& session : sessions_) (void)session->Close();
+    if (echo_ != nullptr) {
+      echo_->WritesDone();
+      (void)echo_->Finish();
+    }
+  }
+
+ private:
+  std::vector<uint64_t> Slots(size_t i, int count) {
+    std::vector<uint64_t> slots(count);
+    for (int e = 0; e < count; ++e) slots[e] = kSlotBase + next_slot_[i]++;
+    return slots;
+  }
+
+  StepRequest Request(const std::vector<uint64_t>& slots,
+                      const std::string& keys, const std::string& query,
+                      double entropy) const {
+    const ElementType type = shared_->config.shape.element_type;
+    auto view = [type](const std::string& bytes) {
+      if (type == ElementType::kF32) {
+        return VectorView::F32(
+            {reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4});
+      }
+      const auto* bits = reinterpret_cast<const uint16_t*>(bytes.data());
+      return type == ElementType::kF16
+                 ? VectorView::F16({bits, bytes.size() / 2})
+                 : VectorView::Bf16({bits, bytes.size() / 2});
+    };
+    StepRequest request;
+    request.slot_ids = slots;
+    request.keys = view(keys);
+    request.queries = view(query);
+    request.entropy = entropy;
+    return request;
+  }
+
+  void Decode(ModeStats* stats) {
+    std::vector<std::vector<uint64_t>> slots;
+    std::vector<const PoolStep*> picks;
+    for (size_t i = 0; i < data_.size(); ++i) {
+      picks.push_back(&data_[i].pool[pool_index_ % data_[i].pool.size()]);
+      slots.push_back(Slots(i, 1));
+    }
+    ++pool_index_;
+    std::vector<BatchStep> steps;
+    std::vector<SessionCounters> before;
+    for (size_t i = 0; i < data_.size(); ++i) {
+      steps.push_back(
+          {sessions_[i].get(), Request(slots[i], picks[i]->key, picks[i]->query,
+                                       picks[i]->entropy)});
+      before.push_back(sessions_[i]->counters());
+    }
+    const absl::Time start = absl::Now();
+    std::vector<absl::StatusOr<StepOutcome>> outcomes = batch_->Step(steps);
+    const absl::Duration latency = absl::Now() - start;
+    bool all_server = true;
+    int64_t sent = 0, received = 0;
+    for (size_t i = 0; i < outcomes.size(); ++i) {
+      const SessionCounters after = sessions_[i]->counters();
+      sent += after.bytes_sent - before[i].bytes_sent;
+      received += after.bytes_received - before[i].bytes_received;
+      if (!outcomes[i].ok()) {
+        ++stats->codes[absl::StatusCodeToString(outcomes[i].status().code())];
+        all_server = false;
+      } else if (outcomes[i]->fallback) {
+        ++stats->fallbacks;
+        all_server = false;
+      } else {
+        ++stats->codes["OK"];
+        stats->evicted += static_cast<int64_t>(outcomes[i]->evicted.size());
+        stats->server_ns.push_back(
+            absl::ToInt64Nanoseconds(outcomes[i]->server_compute));
+      }
+    }
+    stats->bytes_sent += sent;
+    stats->bytes_received += received;
+    last_sent_ = sent;
+    last_received_ = received;
+    // A message's latency counts only when the server answered all of it.
+    if (all_server) {
+      stats->latency_ns.push_back(absl::ToInt64Nanoseconds(latency));
+    }
+  }
+
+  void Echo(ModeStats* stats) {
+    if (last_sent_ == 0) {
+      // No decode message yet this run: size one like it.
+      last_sent_ = static_cast<int64_t>(data_.size()) * 64;
+      last_received_ = static_cast<int64_t>(data_.size()) * 48;
+    }
+    echo_request_.mutable_payload()->assign(static_cast<size_t>(last_sent_),
+                                            'x');
+    echo_request_.set_reply_bytes(static_cast<uint32_t>(last_received_));
+    const absl::Time start = absl::Now();
+    if (!echo_->Write(echo_request_) || !echo_->Read(&echo_response_)) {
+      broken_echo_ = true;
+      grpc::Status status = echo_->Finish();
+      ++stats->codes[CodeName(status.error_code())];
+      return;
+    }
+    stats->latency_ns.push_back(absl::ToInt64Nanoseconds(absl::Now() - start));
+    stats->bytes_sent += static_cast<int64_t>(echo_request_.ByteSizeLong());
+    stats->bytes_received +=
+        static_cast<int64_t>(echo_response_.ByteSizeLong());
+    stats->codes["OK"] += static_cast<int64_t>(data_.size());
+  }
+
+  Shared* shared_;
+  std::vector<SessionData> data_;
+  std::unique_ptr<DecodeBatch> batch_;
+  std::vector<std::unique_ptr<Session>> sessions_;
+  std::vector<uint64_t> next_slot_;
+  size_t pool_index_ = 0;
+  int64_t last_sent_ = 0;
+  int64_t last_received_ = 0;
+  bool broken_echo_ = false;
+  std::unique_ptr<grpc::ClientContext> echo_context_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::EchoMessage, v1::EchoMessage>>
+      echo_;
+  v1::EchoMessage echo_request_;
+  v1::EchoMessage echo_response_;
+};
+
 // One Echo round trip: OK when the server serves Echo, else the stream's
 // status (UNIMPLEMENTED when the server runs without --enable_echo).
 absl::Status ProbeEcho(v1::EntroKv::Stub* stub) {
@@ -483,6 +700,19 @@ int Run() {
   }
   config.budget = absl::GetFlag(FLAGS_budget);
   config.block_size = absl::GetFlag(FLAGS_block_size);
+  config.block_summary = absl::GetFlag(FLAGS_block_summary);
+  config.decide_every = absl::GetFlag(FLAGS_decide_every);
+  if (absl::Status sketch =
+          ApplySketchName(absl::GetFlag(FLAGS_sketch), &config.shape);
+      !sketch.ok()) {
+    std::fprintf(stderr, "--%s\n", sketch.ToString().c_str());
+    return 2;
+  }
+  if (!ParseQueryForm(absl::GetFlag(FLAGS_query_form),
+                      &config.shape.query_form)) {
+    std::fprintf(stderr, "--query_form: per_head or group_sum\n");
+    return 2;
+  }
   if (!ParsePlacement(absl::GetFlag(FLAGS_placement), &config.placement)) {
     std::fprintf(stderr, "--placement: unknown placement\n");
     return 2;
@@ -512,9 +742,25 @@ int Run() {
     return 2;
   }
   const int sessions = std::max(1, absl::GetFlag(FLAGS_sessions));
+  const int batch = std::max(1, absl::GetFlag(FLAGS_batch));
+  if (client_kind == "sync" &&
+      (batch > 1 || config.shape.sketch_dim > 0 ||
+       config.shape.query_form != QueryForm::kPerHead)) {
+    std::fprintf(stderr,
+                 "--batch, --sketch and --query_form=group_sum need the client "
+                 "library: add --client=library\n");
+    return 2;
+  }
+  if (sessions % batch != 0) {
+    std::fprintf(stderr, "--sessions %d is not a multiple of --batch %d\n",
+                 sessions, batch);
+    return 2;
+  }
+  const int threads_count = sessions / batch;
   shared.rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   shared.steps_per_round = std::max(1, absl::GetFlag(FLAGS_steps_per_round));
-  shared.per_session_rate = absl::GetFlag(FLAGS_rate) / sessions;
+  // Per thread: a thread steps a session, or a batch of them at once.
+  shared.per_session_rate = absl::GetFlag(FLAGS_rate) / threads_count;
   shared.prefill_chunk = std::max(1, absl::GetFlag(FLAGS_prefill_chunk));
 
   const std::string target = absl::GetFlag(FLAGS_target);
@@ -568,14 +814,22 @@ int Run() {
   }
 
   const int prefill = std::max(0, absl::GetFlag(FLAGS_prefill));
-  std::vector<std::unique_ptr<SessionRunner>> runners;
-  for (int i = 0; i < sessions; ++i) {
-    runners.push_back(std::make_unique<SessionRunner>(
-        &shared,
-        MakeData(config, prefill, shared.prefill_chunk,
-                 std::max(1, absl::GetFlag(FLAGS_pool)),
-                 absl::GetFlag(FLAGS_seed) + i),
-        i));
+  std::vector<std::unique_ptr<Runner>> runners;
+  for (int t = 0; t < threads_count; ++t) {
+    std::vector<SessionData> data;
+    for (int j = 0; j < batch; ++j) {
+      const int i = t * batch + j;
+      data.push_back(MakeData(config, prefill, shared.prefill_chunk,
+                              std::max(1, absl::GetFlag(FLAGS_pool)),
+                              absl::GetFlag(FLAGS_seed) + i));
+    }
+    if (batch == 1) {
+      runners.push_back(
+          std::make_unique<SessionRunner>(&shared, std::move(data[0]), t));
+    } else {
+      runners.push_back(
+          std::make_unique<BatchRunner>(&shared, std::move(data)));
+    }
   }
 
   // Phases: [setup] then rounds x modes; each ends at a barrier.
@@ -604,14 +858,14 @@ int Run() {
     }
     phase_start = now;
   };
-  std::barrier barrier(sessions, on_phase_end);
+  std::barrier barrier(threads_count, on_phase_end);
   std::atomic<bool> stop_progress{false};
   std::thread progress;
   const int64_t total = int64_t{sessions} * shared.steps_per_round *
                         static_cast<int64_t>(phase_modes.size());
-  std::vector<absl::Status> setup_status(sessions);
+  std::vector<absl::Status> setup_status(threads_count);
   std::vector<std::thread> threads;
-  for (int i = 0; i < sessions; ++i) {
+  for (int i = 0; i < threads_count; ++i) {
     threads.emplace_back([&, i]() {
       setup_status[i] = runners[i]->SetUp();
       barrier.arrive_and_wait();
@@ -638,15 +892,15 @@ int Run() {
   if (progress.joinable()) progress.join();
 
   int failed = 0;
-  for (int i = 0; i < sessions; ++i) {
+  for (int i = 0; i < threads_count; ++i) {
     if (!setup_status[i].ok()) {
       if (failed++ == 0) {
-        std::fprintf(stderr, "session %d: %s\n", i,
+        std::fprintf(stderr, "%s %d: %s\n", batch > 1 ? "batch" : "session", i,
                      setup_status[i].ToString().c_str());
       }
     }
   }
-  if (failed == sessions) {
+  if (failed == threads_count) {
     std::fprintf(stderr, "every session failed to start\n");
     return 1;
   }
@@ -672,6 +926,7 @@ int Run() {
   run.steps_per_round = shared.steps_per_round;
   run.rate = absl::GetFlag(FLAGS_rate);
   run.client = client_kind;
+  run.batch = batch;
   {
     SessionData sample = MakeData(config, 0, 1, 1, 1);
     v1::DecodeRequest r;

@@ -18,17 +18,20 @@ struct Summary {
   double sent_per_s = 0, received_per_s = 0, evicted_per_step = 0;
 };
 
-Summary Summarize(ModeStats& stats) {
+// `batch`: steps per latency sample (message).
+Summary Summarize(ModeStats& stats, int batch) {
   Summary s;
   s.count = static_cast<int64_t>(stats.latency_ns.size());
   if (stats.wall_seconds > 0) {
-    s.steps_per_s = s.count / stats.wall_seconds;
+    s.steps_per_s = double(s.count) * batch / stats.wall_seconds;
     s.sent_per_s = stats.bytes_sent / stats.wall_seconds;
     s.received_per_s = stats.bytes_received / stats.wall_seconds;
   }
   s.latency = ComputePercentiles(&stats.latency_ns);
   s.server = ComputePercentiles(&stats.server_ns);
-  if (s.count > 0) s.evicted_per_step = double(stats.evicted) / s.count;
+  if (s.count > 0) {
+    s.evicted_per_step = double(stats.evicted) / (double(s.count) * batch);
+  }
   return s;
 }
 
@@ -89,13 +92,20 @@ std::string FormatText(const RunDescription& run,
       run.rate > 0 ? absl::StrFormat("open loop %.0f steps/s", run.rate)
                    : std::string("closed loop"),
       run.client, run.request_bytes);
+  if (run.batch > 1) {
+    absl::StrAppendFormat(
+        &out,
+        "batch=%d: one message carries %d sessions' steps; count and "
+        "latency are per message, steps/s counts steps\n\n",
+        run.batch, run.batch);
+  }
   absl::StrAppendFormat(
       &out, "%-8s %9s %10s %8s %8s %8s %8s %9s %11s %11s %7s  %s\n", "mode",
       "count", "steps/s", "p50 us", "p90 us", "p99 us", "p99.9 us", "max us",
       "sent", "received", "evict", "status");
   std::map<std::string, Summary> summaries;
   for (auto& [name, stats] : modes) {
-    Summary s = Summarize(stats);
+    Summary s = Summarize(stats, run.batch);
     summaries[name] = s;
     std::vector<std::string> codes;
     for (const auto& [code, n] : stats.codes) {
@@ -141,7 +151,7 @@ std::string FormatJson(const RunDescription& run,
   std::vector<std::string> parts;
   std::map<std::string, Summary> summaries;
   for (auto& [name, stats] : modes) {
-    Summary s = Summarize(stats);
+    Summary s = Summarize(stats, run.batch);
     summaries[name] = s;
     std::vector<std::string> codes;
     for (const auto& [code, n] : stats.codes) {
@@ -171,10 +181,11 @@ std::string FormatJson(const RunDescription& run,
       "{\"target\": \"%s\", \"shape\": \"%s\", \"policy\": \"%s\", "
       "\"budget\": %d, \"sessions\": %d, \"prefill\": %d, \"rounds\": %d, "
       "\"steps_per_round\": %d, \"rate\": %.1f, \"client\": \"%s\", "
-      "\"request_bytes\": %d, \"modes\": {%s}, \"entrokv_over_echo\": %s}\n",
+      "\"request_bytes\": %d, \"batch\": %d, \"modes\": {%s}, "
+      "\"entrokv_over_echo\": %s}\n",
       run.target, run.shape, run.policy, run.budget, run.sessions, run.prefill,
       run.rounds, run.steps_per_round, run.rate, run.client, run.request_bytes,
-      absl::StrJoin(parts, ", "), ratios);
+      run.batch, absl::StrJoin(parts, ", "), ratios);
 }
 
 }  // namespace entrokv::loadgen

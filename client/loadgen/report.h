@@ -48,6 +48,9 @@ struct RunDescription {
   double rate = 0.0;          // Steps/s over all sessions; 0: closed loop.
   std::string client;         // "sync" or "library"
   int64_t request_bytes = 0;  // Serialized decode request per step.
+  // Steps per message (--batch): each latency sample is one message, which
+  // answers `batch` steps.
+  int batch = 1;
 };
 
 // Text report (stdout) or JSON. `modes` maps "entrokv"/"echo" to stats.
