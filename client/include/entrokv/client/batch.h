@@ -16,6 +16,11 @@
 // breaks, every session in that message decides locally and is degraded from
 // then on (they share the stream).
 //
+// One message carries at most the server's --max_steps_per_message steps
+// (1024 by default); past it the server ends the stream and every session of
+// the batch falls back. Split larger decode batches over several
+// DecodeBatches.
+//
 // Sessions of a batch are stepped only through it (Session::Step and friends
 // answer FailedPrecondition); Session::Close(), counters(), LiveSlots() work
 // as usual. A Session may outlive its DecodeBatch, but cannot step then.
