@@ -156,6 +156,29 @@ std::string CodeName(int code) {
   return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
 }
 
+// `bytes` (elements of `type`, as MakeData encodes them) as a VectorView.
+VectorView ViewOf(ElementType type, const std::string& bytes) {
+  if (type == ElementType::kF32) {
+    return VectorView::F32(
+        {reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4});
+  }
+  const auto* bits = reinterpret_cast<const uint16_t*>(bytes.data());
+  return type == ElementType::kF16 ? VectorView::F16({bits, bytes.size() / 2})
+                                   : VectorView::Bf16({bits, bytes.size() / 2});
+}
+
+// Open loop: waits for step k's scheduled time and returns it; closed loop:
+// now.
+absl::Time PaceStep(double rate, absl::Time phase_start, int k) {
+  absl::Time start = absl::Now();
+  if (rate > 0) {
+    const absl::Time scheduled = phase_start + absl::Seconds(k / rate);
+    if (scheduled > start) absl::SleepFor(scheduled - start);
+    start = scheduled;
+  }
+  return start;
+}
+
 struct Shared {
   std::shared_ptr<v1::EntroKv::Stub> stub;
   std::unique_ptr<Client> client;  // --client=library
@@ -263,13 +286,8 @@ class SessionRunner final : public Runner {
   void RunPhase(const std::string& mode, absl::Time phase_start) override {
     ModeStats stats;
     for (int k = 0; k < shared_->steps_per_round; ++k) {
-      absl::Time start = absl::Now();
-      if (shared_->per_session_rate > 0) {
-        const absl::Time scheduled =
-            phase_start + absl::Seconds(k / shared_->per_session_rate);
-        if (scheduled > start) absl::SleepFor(scheduled - start);
-        start = scheduled;
-      }
+      const absl::Time start =
+          PaceStep(shared_->per_session_rate, phase_start, k);
       const bool echo = mode == "echo";
       if (!(echo ? broken_echo_ : broken_)) {
         const PoolStep& p = data_.pool[pool_index_++ % data_.pool.size()];
@@ -326,22 +344,11 @@ class SessionRunner final : public Runner {
     if (UsesLibrary()) {
       std::vector<uint64_t> slots(count);
       for (int i = 0; i < count; ++i) slots[i] = first_slot + i;
-      const auto* key_bits = reinterpret_cast<const uint16_t*>(keys.data());
-      const auto* query_bits = reinterpret_cast<const uint16_t*>(query.data());
       const ElementType type = shared_->config.shape.element_type;
-      auto view = [type](const std::string& bytes, const uint16_t* bits) {
-        if (type == ElementType::kF32) {
-          return VectorView::F32(
-              {reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4});
-        }
-        return type == ElementType::kF16
-                   ? VectorView::F16({bits, bytes.size() / 2})
-                   : VectorView::Bf16({bits, bytes.size() / 2});
-      };
       StepRequest request;
       request.slot_ids = slots;
-      request.keys = view(keys, key_bits);
-      request.queries = view(query, query_bits);
+      request.keys = ViewOf(type, keys);
+      request.queries = ViewOf(type, query);
       request.entropy = entropy;
       const SessionCounters before = session_->counters();
       absl::StatusOr<StepOutcome> outcome = session_->Step(request);
@@ -500,13 +507,7 @@ class BatchRunner final : public Runner {
     ModeStats stats;
     const int64_t n = static_cast<int64_t>(data_.size());
     for (int k = 0; k < shared_->steps_per_round; ++k) {
-      absl::Time start = absl::Now();
-      if (shared_->per_session_rate > 0) {
-        const absl::Time scheduled =
-            phase_start + absl::Seconds(k / shared_->per_session_rate);
-        if (scheduled > start) absl::SleepFor(scheduled - start);
-        start = scheduled;
-      }
+      PaceStep(shared_->per_session_rate, phase_start, k);
       if (mode == "echo") {
         if (!broken_echo_) Echo(&stats);
       } else {
@@ -537,20 +538,10 @@ class BatchRunner final : public Runner {
                       const std::string& keys, const std::string& query,
                       double entropy) const {
     const ElementType type = shared_->config.shape.element_type;
-    auto view = [type](const std::string& bytes) {
-      if (type == ElementType::kF32) {
-        return VectorView::F32(
-            {reinterpret_cast<const float*>(bytes.data()), bytes.size() / 4});
-      }
-      const auto* bits = reinterpret_cast<const uint16_t*>(bytes.data());
-      return type == ElementType::kF16
-                 ? VectorView::F16({bits, bytes.size() / 2})
-                 : VectorView::Bf16({bits, bytes.size() / 2});
-    };
     StepRequest request;
     request.slot_ids = slots;
-    request.keys = view(keys);
-    request.queries = view(query);
+    request.keys = ViewOf(type, keys);
+    request.queries = ViewOf(type, query);
     request.entropy = entropy;
     return request;
   }
