@@ -4,6 +4,7 @@
 // host:port)
 #include <cstdio>
 #include <cstdlib>
+#include <string>
 #include <vector>
 
 #include "entrokv/client/client.h"
@@ -22,9 +23,13 @@ int main(int argc, char** argv) {
   config.shape.element_type = entrokv::ElementType::kF32;
   config.budget = 64;
   if (auto s = entrokv::ApplyPolicyName("entropy", &config); !s.ok()) return 1;
+  // Fails only on the engine's own errors (a bad config): when the sidecar
+  // is absent, silent or full, the session is offline and decides locally.
   auto session = (*client)->CreateSession(config);
   if (!session.ok())
     return std::fprintf(stderr, "%s\n", session.status().ToString().c_str()), 1;
+  const bool offline = (*session)->degraded();
+  const std::string why = (*session)->degraded_reason().ToString();
 
   std::vector<bool> cache(1024, false);  // The engine's KV slots: true = used.
   std::vector<float> key(config.shape.key_elements()),
@@ -59,5 +64,6 @@ int main(int argc, char** argv) {
               static_cast<long long>(c.server_steps),
               static_cast<long long>(c.fallback_steps), used,
               static_cast<long long>(config.budget));
+  if (offline) std::printf("offline: %s\n", why.c_str());
   return (*session)->Close().ok() ? 0 : 1;
 }

@@ -17,14 +17,20 @@
 namespace entrokv {
 namespace {
 
-using client_internal::EffectiveConfigFromProto;
 using client_internal::FromGrpc;
-using client_internal::FromProto;
 using client_internal::InfoFromProto;
 
-bool IsUnreachable(const absl::Status& status) {
-  return status.code() == absl::StatusCode::kUnavailable ||
-         status.code() == absl::StatusCode::kDeadlineExceeded;
+using client_internal::AttachOn;
+using client_internal::ClientShared;
+using client_internal::CloseInBackground;
+using client_internal::CreatedSession;
+using client_internal::CreateServerSession;
+using client_internal::IsServerSideFailure;
+using client_internal::OpenStream;
+
+// `status` with `what` before its message, its code kept.
+absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(what, status.message()));
 }
 
 class ClientImpl;
@@ -52,15 +58,20 @@ class DecodeBatchImpl final : public DecodeBatch {
 class ClientImpl final : public Client {
  public:
   ClientImpl(const ClientOptions& options,
-             std::shared_ptr<v1::EntroKv::Stub> stub)
-      : options_(options),
-        stub_(std::move(stub)),
-        watchdog_(std::make_shared<client_internal::DeadlineWatchdog>()),
-        totals_(std::make_shared<client_internal::CounterTotals>()) {}
+             std::shared_ptr<grpc::Channel> channel)
+      : options_(options) {
+    shared_.stub =
+        std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(channel));
+    shared_.channel = std::move(channel);
+    shared_.watchdog = std::make_shared<client_internal::DeadlineWatchdog>();
+    shared_.totals = std::make_shared<client_internal::CounterTotals>();
+  }
 
   const ClientOptions& options() const override { return options_; }
 
-  SessionCounters counters() const override { return totals_->Snapshot(); }
+  SessionCounters counters() const override {
+    return shared_.totals->Snapshot();
+  }
 
   absl::StatusOr<std::unique_ptr<Session>> CreateSession(
       const SessionConfig& config, const SessionOptions& options,
@@ -69,15 +80,12 @@ class ClientImpl final : public Client {
   }
 
   std::unique_ptr<DecodeBatch> CreateBatch(StreamApi api) override {
-    return std::make_unique<DecodeBatchImpl>(
-        this, api == StreamApi::kSync
-                  ? client_internal::OpenSyncDecodeStream(stub_.get(),
-                                                          watchdog_.get())
-                  : client_internal::OpenCallbackDecodeStream(stub_.get()));
+    return std::make_unique<DecodeBatchImpl>(this, OpenStream(shared_, api));
   }
 
   // Creates a server session and attaches it to a stream of its own, or to
-  // `batch`'s.
+  // `batch`'s, all within options.create_deadline. A server-side failure
+  // gives an offline session when options.offline_when_unavailable.
   absl::StatusOr<std::unique_ptr<Session>> CreateSessionOn(
       const SessionConfig& config, const SessionOptions& options,
       std::string_view session_id, DecodeBatchImpl* batch) {
@@ -87,37 +95,29 @@ class ClientImpl final : public Client {
     absl::StatusOr<Sketcher> sketcher =
         Sketcher::Create(config, options.projection);
     if (!sketcher.ok()) return sketcher.status();
-    v1::CreateSessionRequest request;
-    proto::ToProto(config, request.mutable_config());
-    request.set_session_id(std::string(session_id));
-    v1::CreateSessionResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    absl::Status status =
-        FromGrpc(stub_->CreateSession(&context, request, &response));
-    if (!status.ok()) {
-      if (IsUnreachable(status) && options.offline_when_unavailable) {
-        return std::make_unique<Session>(
-            std::make_unique<Session::Impl>(totals_, config, options, status));
-      }
-      return status;
-    }
-    SessionConfig effective = config;
-    if (response.session().has_config()) {
-      absl::StatusOr<SessionConfig> read =
-          EffectiveConfigFromProto(response.session().config());
-      if (!read.ok()) {
-        (void)CloseSession(response.session_id());
-        return read.status();
-      }
-      effective = *read;
+    const absl::Time deadline = absl::Now() + options.create_deadline;
+    auto offline_or_error = [&](const absl::Status& status)
+        -> absl::StatusOr<std::unique_ptr<Session>> {
+      if (!options.offline_when_unavailable) return status;
+      return std::make_unique<Session>(
+          std::make_unique<Session::Impl>(shared_, config, options, status));
+    };
+    absl::StatusOr<CreatedSession> created =
+        CreateServerSession(shared_, config, session_id, deadline);
+    if (!created.ok()) {
+      if (!IsServerSideFailure(created.status())) return created.status();
+      return offline_or_error(Prefixed("CreateSession: ", created.status()));
     }
     absl::StatusOr<std::unique_ptr<Session>> session =
-        Open(response.session_id(), effective, options, options.first_step,
-             /*steps_done=*/0, {}, batch);
+        Open(created->id, config, created->config, options, options.first_step,
+             /*steps_done=*/0, {}, batch, deadline);
     if (!session.ok()) {
-      // Do not leave an unreachable session behind until the idle timeout.
-      (void)CloseSession(response.session_id());
+      // Do not leave a session no stream can reach until the idle timeout;
+      // do not wait for the server either.
+      CloseInBackground(shared_.stub, created->id, options_.rpc_deadline);
+      // The server accepted the config: a failed attach is never the
+      // caller's fault.
+      return offline_or_error(Prefixed("attach: ", session.status()));
     }
     return session;
   }
@@ -125,25 +125,18 @@ class ClientImpl final : public Client {
   absl::StatusOr<std::unique_ptr<Session>> Attach(
       std::string_view session_id, const SessionOptions& options,
       absl::Span<const uint64_t> live_slots) override {
-    absl::StatusOr<SessionInfo> info = GetSession(session_id);
+    const absl::Time deadline = absl::Now() + options.create_deadline;
+    absl::StatusOr<SessionInfo> info = GetSessionUntil(session_id, deadline);
     if (!info.ok()) return info.status();
     const uint64_t first_step = info->stats.last_step.has_value()
                                     ? *info->stats.last_step + 1
                                     : options.first_step;
-    return Open(info->id, info->config, options, first_step, info->stats.steps,
-                live_slots, nullptr);
+    return Open(info->id, info->config, info->config, options, first_step,
+                info->stats.steps, live_slots, nullptr, deadline);
   }
 
   absl::StatusOr<SessionInfo> GetSession(std::string_view session_id) override {
-    v1::GetSessionRequest request;
-    request.set_session_id(std::string(session_id));
-    v1::GetSessionResponse response;
-    grpc::ClientContext context;
-    SetDeadline(&context);
-    absl::Status status =
-        FromGrpc(stub_->GetSession(&context, request, &response));
-    if (!status.ok()) return status;
-    return InfoFromProto(response.session());
+    return GetSessionUntil(session_id, absl::Now() + options_.rpc_deadline);
   }
 
   absl::StatusOr<std::vector<SessionInfo>> ListSessions(
@@ -153,7 +146,7 @@ class ClientImpl final : public Client {
     grpc::ClientContext context;
     SetDeadline(&context);
     absl::Status status =
-        FromGrpc(stub_->ListSessions(&context, request, &response));
+        FromGrpc(shared_.stub->ListSessions(&context, request, &response));
     if (!status.ok()) return status;
     std::vector<SessionInfo> sessions;
     sessions.reserve(response.sessions_size());
@@ -182,7 +175,7 @@ class ClientImpl final : public Client {
     v1::CloseSessionResponse response;
     grpc::ClientContext context;
     SetDeadline(&context);
-    return FromGrpc(stub_->CloseSession(&context, request, &response));
+    return FromGrpc(shared_.stub->CloseSession(&context, request, &response));
   }
 
  private:
@@ -191,36 +184,35 @@ class ClientImpl final : public Client {
         absl::ToChronoTime(absl::Now() + options_.rpc_deadline));
   }
 
-  // Opens a Decode stream and attaches `id` to it.
+  absl::StatusOr<SessionInfo> GetSessionUntil(std::string_view session_id,
+                                              absl::Time deadline) {
+    v1::GetSessionRequest request;
+    request.set_session_id(std::string(session_id));
+    v1::GetSessionResponse response;
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(deadline));
+    absl::Status status =
+        FromGrpc(shared_.stub->GetSession(&context, request, &response));
+    if (!status.ok()) return status;
+    return InfoFromProto(response.session());
+  }
+
+  // Opens a Decode stream (or uses `batch`'s) and attaches `id` to it,
+  // waiting until `deadline` at most.
   absl::StatusOr<std::unique_ptr<Session>> Open(
-      const std::string& id, const SessionConfig& config,
-      const SessionOptions& options, uint64_t first_step, int64_t steps_done,
-      absl::Span<const uint64_t> live, DecodeBatchImpl* batch) {
+      const std::string& id, const SessionConfig& requested,
+      const SessionConfig& effective, const SessionOptions& options,
+      uint64_t first_step, int64_t steps_done, absl::Span<const uint64_t> live,
+      DecodeBatchImpl* batch, absl::Time deadline) {
     std::unique_ptr<client_internal::DecodeStream> stream;
-    if (batch == nullptr) {
-      stream = options.stream_api == StreamApi::kSync
-                   ? client_internal::OpenSyncDecodeStream(stub_.get(),
-                                                           watchdog_.get())
-                   : client_internal::OpenCallbackDecodeStream(stub_.get());
-    }
+    if (batch == nullptr) stream = OpenStream(shared_, options.stream_api);
     client_internal::DecodeStream* via =
         batch == nullptr ? stream.get() : batch->stream();
-    auto attach = std::make_unique<v1::DecodeRequest>();
-    attach->add_attach(id);
-    const absl::Time deadline = absl::Now() + options.attach_deadline;
-    via->Send(std::move(attach), deadline);
-    absl::StatusOr<v1::DecodeResponse> response = via->Next(deadline);
-    if (!response.ok()) return response.status();
-    if (response->attach_results_size() != 1) {
-      return absl::InternalError(absl::StrCat("entrokv: attach answered with ",
-                                              response->attach_results_size(),
-                                              " results"));
-    }
-    absl::Status attached = FromProto(response->attach_results(0).status());
+    absl::Status attached = AttachOn(via, id, deadline);
     if (!attached.ok()) return attached;
-    auto impl = std::make_unique<Session::Impl>(
-        stub_, watchdog_, totals_, options_.rpc_deadline, id, config, options,
-        first_step, std::move(stream));
+    auto impl =
+        std::make_unique<Session::Impl>(shared_, id, requested, effective,
+                                        options, first_step, std::move(stream));
     impl->SeedLive(live);
     impl->SetStepsDone(steps_done);
     if (batch != nullptr) impl->SetBatch(batch);
@@ -228,9 +220,7 @@ class ClientImpl final : public Client {
   }
 
   ClientOptions options_;
-  std::shared_ptr<v1::EntroKv::Stub> stub_;
-  std::shared_ptr<client_internal::DeadlineWatchdog> watchdog_;
-  std::shared_ptr<client_internal::CounterTotals> totals_;
+  ClientShared shared_;
 };
 
 absl::StatusOr<std::unique_ptr<Session>> DecodeBatchImpl::CreateSession(
@@ -305,8 +295,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   args.SetMaxSendMessageSize(options.max_message_bytes);
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
       options.target, grpc::InsecureChannelCredentials(), args);
-  auto stub = std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(channel));
-  return std::unique_ptr<Client>(new ClientImpl(options, std::move(stub)));
+  return std::unique_ptr<Client>(new ClientImpl(options, std::move(channel)));
 }
 
 }  // namespace entrokv

@@ -5,8 +5,13 @@
 namespace entrokv::client_internal {
 namespace {
 
+// Every field of SessionCounters is an int64_t listed below: a field added
+// there and not here would not be summed.
+static_assert(sizeof(SessionCounters) ==
+              CounterTotals::kFields * sizeof(int64_t));
+
 // The fields of SessionCounters, in a fixed order.
-std::array<int64_t SessionCounters::*, 11> Fields() {
+std::array<int64_t SessionCounters::*, CounterTotals::kFields> Fields() {
   return {&SessionCounters::steps,
           &SessionCounters::server_steps,
           &SessionCounters::fallback_steps,
@@ -17,7 +22,9 @@ std::array<int64_t SessionCounters::*, 11> Fields() {
           &SessionCounters::evicted_by_server,
           &SessionCounters::evicted_by_fallback,
           &SessionCounters::bytes_sent,
-          &SessionCounters::bytes_received};
+          &SessionCounters::bytes_received,
+          &SessionCounters::offline_sessions,
+          &SessionCounters::unconfirmed_closes};
 }
 
 }  // namespace

@@ -20,8 +20,10 @@ class CounterTotals {
   void AddDelta(const SessionCounters& before, const SessionCounters& after);
   SessionCounters Snapshot() const;
 
+  // The number of fields of SessionCounters; each is summed.
+  static constexpr int kFields = 13;
+
  private:
-  static constexpr int kFields = 11;
   std::atomic<int64_t> fields_[kFields] = {};
 };
 

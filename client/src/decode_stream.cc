@@ -97,7 +97,13 @@ namespace {
 class SyncDecodeStream final : public DecodeStream {
  public:
   SyncDecodeStream(v1::EntroKv::Stub* stub, DeadlineWatchdog* watchdog)
-      : watchdog_(watchdog), stream_(stub->Decode(&context_)) {}
+      : watchdog_(watchdog) {
+    // Opening a sync stream would block until its initial metadata is sent,
+    // that is until the channel connects, with no deadline. Corked, they
+    // leave with the first Send(), which the watchdog bounds.
+    context_.set_initial_metadata_corked(true);
+    stream_ = stub->Decode(&context_);
+  }
 
   ~SyncDecodeStream() override {
     if (!finished_) {

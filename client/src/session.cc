@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "convert.h"
 #include "entrokv/core/entropy.h"
+#include "proto/convert/config_convert.h"
 #include "session_impl.h"
 
 namespace entrokv {
@@ -45,38 +46,128 @@ StreamingRule RuleFor(const SessionConfig& config) {
 
 }  // namespace
 
-Session::Impl::Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
-                    std::shared_ptr<client_internal::DeadlineWatchdog> watchdog,
-                    std::shared_ptr<client_internal::CounterTotals> totals,
-                    absl::Duration rpc_deadline, std::string id,
-                    const SessionConfig& config, const SessionOptions& options,
-                    uint64_t first_step,
+namespace client_internal {
+
+bool IsServerSideFailure(const absl::Status& status) {
+  switch (status.code()) {
+    case absl::StatusCode::kUnavailable:
+    case absl::StatusCode::kDeadlineExceeded:
+    case absl::StatusCode::kResourceExhausted:
+    case absl::StatusCode::kInternal:
+    case absl::StatusCode::kUnknown:
+    case absl::StatusCode::kAborted:
+    case absl::StatusCode::kCancelled:
+    case absl::StatusCode::kDataLoss:
+    case absl::StatusCode::kUnimplemented:
+      return true;
+    default:
+      return false;
+  }
+}
+
+absl::StatusOr<CreatedSession> CreateServerSession(const ClientShared& shared,
+                                                   const SessionConfig& config,
+                                                   std::string_view id,
+                                                   absl::Time deadline) {
+  v1::CreateSessionRequest request;
+  proto::ToProto(config, request.mutable_config());
+  request.set_session_id(std::string(id));
+  v1::CreateSessionResponse response;
+  grpc::ClientContext context;
+  context.set_deadline(absl::ToChronoTime(deadline));
+  absl::Status status =
+      FromGrpc(shared.stub->CreateSession(&context, request, &response));
+  if (!status.ok()) return status;
+  CreatedSession created{response.session_id(), config};
+  if (response.session().has_config()) {
+    absl::StatusOr<SessionConfig> read =
+        EffectiveConfigFromProto(response.session().config());
+    if (!read.ok()) {
+      CloseInBackground(shared.stub, created.id, absl::Seconds(5));
+      return read.status();
+    }
+    created.config = *std::move(read);
+  }
+  return created;
+}
+
+std::unique_ptr<DecodeStream> OpenStream(const ClientShared& shared,
+                                         StreamApi api) {
+  return api == StreamApi::kSync
+             ? OpenSyncDecodeStream(shared.stub.get(), shared.watchdog.get())
+             : OpenCallbackDecodeStream(shared.stub.get());
+}
+
+absl::Status AttachOn(DecodeStream* stream, const std::string& id,
+                      absl::Time deadline) {
+  auto attach = std::make_unique<v1::DecodeRequest>();
+  attach->add_attach(id);
+  stream->Send(std::move(attach), deadline);
+  absl::StatusOr<v1::DecodeResponse> response = stream->Next(deadline);
+  if (!response.ok()) return response.status();
+  if (response->attach_results_size() != 1) {
+    return absl::InternalError(absl::StrCat("entrokv: attach answered with ",
+                                            response->attach_results_size(),
+                                            " results"));
+  }
+  return FromProto(response->attach_results(0).status());
+}
+
+void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
+                       const std::string& id, absl::Duration deadline) {
+  // Owned by gRPC's callback until the call ends; it keeps the stub (and so
+  // the channel) alive that long.
+  struct Call {
+    std::shared_ptr<v1::EntroKv::Stub> stub;
+    grpc::ClientContext context;
+    v1::CloseSessionRequest request;
+    v1::CloseSessionResponse response;
+  };
+  auto* call = new Call;
+  call->stub = std::move(stub);
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  call->request.set_session_id(id);
+  v1::EntroKv::Stub* raw = call->stub.get();
+  raw->async()->CloseSession(&call->context, &call->request, &call->response,
+                             [call](grpc::Status) { delete call; });
+}
+
+}  // namespace client_internal
+
+Session::Impl::Impl(client_internal::ClientShared shared, std::string id,
+                    const SessionConfig& requested,
+                    const SessionConfig& effective,
+                    const SessionOptions& options, uint64_t first_step,
                     std::unique_ptr<client_internal::DecodeStream> stream)
-    : stub_(std::move(stub)),
-      watchdog_(std::move(watchdog)),
-      totals_(std::move(totals)),
-      rpc_deadline_(rpc_deadline),
+    : shared_(std::move(shared)),
       id_(std::move(id)),
-      config_(config),
+      requested_(requested),
+      config_(effective),
       options_(options),
-      rule_(RuleFor(config)),
+      rule_(RuleFor(effective)),
       stream_(std::move(stream)),
       next_step_(first_step),
       first_step_(first_step),
-      sketcher_(MakeSketcher(config, options, &sketcher_status_)) {}
+      sketcher_(MakeSketcher(effective, options, &sketcher_status_)) {}
 
-Session::Impl::Impl(std::shared_ptr<client_internal::CounterTotals> totals,
-                    const SessionConfig& config, const SessionOptions& options,
-                    absl::Status why)
-    : totals_(std::move(totals)),
-      config_(config),
+Session::Impl::Impl(client_internal::ClientShared shared,
+                    const SessionConfig& requested,
+                    const SessionOptions& options, absl::Status why)
+    : shared_(std::move(shared)),
+      requested_(requested),
+      config_(requested),
       options_(options),
-      rule_(RuleFor(config)),
+      rule_(RuleFor(requested)),
       next_step_(options.first_step),
       first_step_(options.first_step),
-      sketcher_(MakeSketcher(config, options, &sketcher_status_)),
+      sketcher_(MakeSketcher(requested, options, &sketcher_status_)),
       degraded_(true),
-      degraded_reason_(std::move(why)) {}
+      degraded_reason_(std::move(why)),
+      offline_(true) {
+  const SessionCounters before = counters_;
+  counters_.offline_sessions = 1;
+  shared_.totals->AddDelta(before, counters_);
+}
 
 bool Session::Impl::NextStepDecides(int64_t appended) const {
   const int32_t every = config_.decide_every;
@@ -149,14 +240,14 @@ absl::Status Session::Impl::Validate(const StepRequest& request,
 absl::Status Session::Impl::StepAsync(const StepRequest& request) {
   const SessionCounters before = counters_;
   absl::Status status = StepAsyncImpl(request);
-  totals_->AddDelta(before, counters_);
+  shared_.totals->AddDelta(before, counters_);
   return status;
 }
 
 absl::StatusOr<StepOutcome> Session::Impl::Collect() {
   const SessionCounters before = counters_;
   absl::StatusOr<StepOutcome> outcome = CollectImpl();
-  totals_->AddDelta(before, counters_);
+  shared_.totals->AddDelta(before, counters_);
   return outcome;
 }
 
@@ -263,7 +354,7 @@ absl::Status Session::Impl::PrepareBatched(const StepRequest& request,
     if (*sent)
       counters_.bytes_sent += static_cast<int64_t>(out->ByteSizeLong());
   }
-  totals_->AddDelta(before, counters_);
+  shared_.totals->AddDelta(before, counters_);
   return status;
 }
 
@@ -274,8 +365,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectBatched(
     Pending pending = std::move(in_flight_.front());
     in_flight_.pop_front();
     if (pending.local) {
-      return Fallback(
-          pending, stub_ == nullptr ? Cause::kUnavailable : Cause::kDegraded);
+      return Fallback(pending, LocalCause());
     }
     if (!response.ok()) {
       const bool deadline =
@@ -294,7 +384,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectBatched(
         static_cast<int64_t>(response->results(index).ByteSizeLong());
     return Finish(pending, response->results(index));
   }();
-  totals_->AddDelta(before, counters_);
+  shared_.totals->AddDelta(before, counters_);
   return outcome;
 }
 
@@ -341,8 +431,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
   Pending pending = std::move(in_flight_.front());
   in_flight_.pop_front();
   if (pending.local) {
-    return Fallback(pending,
-                    stub_ == nullptr ? Cause::kUnavailable : Cause::kDegraded);
+    return Fallback(pending, LocalCause());
   }
   if (degraded_) return Fallback(pending, Cause::kDegraded);
 
@@ -393,19 +482,34 @@ absl::StatusOr<StepOutcome> Session::Impl::Finish(
 
 absl::Status Session::Impl::Close() {
   if (closed_) return absl::OkStatus();
+  const SessionCounters before = counters_;
   closed_ = true;
   in_flight_.clear();
   absl::Status status = absl::OkStatus();
-  if (stub_ != nullptr && !id_.empty()) {
+  if (!id_.empty()) {
     grpc::ClientContext context;
-    context.set_deadline(absl::ToChronoTime(absl::Now() + rpc_deadline_));
+    context.set_deadline(
+        absl::ToChronoTime(absl::Now() + options_.create_deadline));
     v1::CloseSessionRequest request;
     request.set_session_id(id_);
     v1::CloseSessionResponse response;
     status = client_internal::FromGrpc(
-        stub_->CloseSession(&context, request, &response));
+        shared_.stub->CloseSession(&context, request, &response));
+    if (!status.ok() && options_.offline_when_unavailable) {
+      if (status.code() == absl::StatusCode::kNotFound) {
+        // Already gone: reclaimed after its idle timeout, or lost with a
+        // server restart. Nothing is left to free.
+        status = absl::OkStatus();
+      } else if (client_internal::IsServerSideFailure(status)) {
+        // Completed locally; the server reclaims the session after its idle
+        // timeout.
+        ++counters_.unconfirmed_closes;
+        status = absl::OkStatus();
+      }
+    }
   }
   stream_.reset();  // Cancels the stream and waits for its end.
+  shared_.totals->AddDelta(before, counters_);
   return status;
 }
 

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -23,25 +24,66 @@
 #include "entrokv/core/config.h"
 #include "entrokv/core/sketch.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
+#include "grpcpp/grpcpp.h"
 
 namespace entrokv {
+namespace client_internal {
+
+// What a Client lends each of its sessions. The stub keeps the channel alive;
+// the watchdog serves the sessions' sync streams; the totals receive every
+// change of their counters.
+struct ClientShared {
+  std::shared_ptr<grpc::Channel> channel;
+  std::shared_ptr<v1::EntroKv::Stub> stub;
+  std::shared_ptr<DeadlineWatchdog> watchdog;
+  std::shared_ptr<CounterTotals> totals;
+};
+
+// True when `status` is a failure of the server or of the transport, not of
+// the caller's input: UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (a
+// server limit), INTERNAL, UNKNOWN, ABORTED, CANCELLED, DATA_LOSS,
+// UNIMPLEMENTED (a server of another version). The caller's own errors
+// (INVALID_ARGUMENT, ALREADY_EXISTS, NOT_FOUND, FAILED_PRECONDITION, ...)
+// are not.
+bool IsServerSideFailure(const absl::Status& status);
+
+// A server session as CreateSession made it.
+struct CreatedSession {
+  std::string id;
+  SessionConfig config;  // Effective: defaults filled in by the server.
+};
+// Calls CreateSession, waiting until `deadline` at most. A response whose
+// config cannot be read is InternalError (and its session is closed in the
+// background).
+absl::StatusOr<CreatedSession> CreateServerSession(const ClientShared& shared,
+                                                   const SessionConfig& config,
+                                                   std::string_view id,
+                                                   absl::Time deadline);
+// A new Decode stream of the given kind over the shared channel.
+std::unique_ptr<DecodeStream> OpenStream(const ClientShared& shared,
+                                         StreamApi api);
+// Attaches `id` to `stream`, waiting until `deadline` at most.
+absl::Status AttachOn(DecodeStream* stream, const std::string& id,
+                      absl::Time deadline);
+// Sends CloseSession for `id` and returns at once: best effort, bounded by
+// `deadline` (counted from now); its outcome is ignored.
+void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
+                       const std::string& id, absl::Duration deadline);
+
+}  // namespace client_internal
 
 class Session::Impl {
  public:
-  // An online session: `stream` is attached to `id` already.
-  // `stub` is shared with the Client (it keeps the channel alive).
-  // `watchdog` serves `stream` and is kept alive as long as it; `totals`
-  // receives every change of this session's counters.
-  Impl(std::shared_ptr<v1::EntroKv::Stub> stub,
-       std::shared_ptr<client_internal::DeadlineWatchdog> watchdog,
-       std::shared_ptr<client_internal::CounterTotals> totals,
-       absl::Duration rpc_deadline, std::string id, const SessionConfig& config,
+  // An online session: `stream` is attached to `id` already. `requested` is
+  // the configuration the engine asked for, `effective` the server's.
+  Impl(client_internal::ClientShared shared, std::string id,
+       const SessionConfig& requested, const SessionConfig& effective,
        const SessionOptions& options, uint64_t first_step,
        std::unique_ptr<client_internal::DecodeStream> stream);
   // An offline session: every step is decided locally; `why` says why.
-  Impl(std::shared_ptr<client_internal::CounterTotals> totals,
-       const SessionConfig& config, const SessionOptions& options,
-       absl::Status why);
+  // Counts itself in counters().offline_sessions.
+  Impl(client_internal::ClientShared shared, const SessionConfig& requested,
+       const SessionOptions& options, absl::Status why);
 
   // Seeds the live set (Attach).
   void SeedLive(absl::Span<const uint64_t> slots) { live_.Append(slots, {}); }
@@ -58,7 +100,7 @@ class Session::Impl {
   const SessionCounters& counters() const { return counters_; }
   std::vector<uint64_t> LiveSlots() const { return live_.Slots(); }
 
-  // Both add their counter changes to the Client's totals.
+  // Each adds its counter changes to the Client's totals.
   absl::Status StepAsync(const StepRequest& request);
   absl::StatusOr<StepOutcome> Collect();
   absl::Status Close();
@@ -99,11 +141,14 @@ class Session::Impl {
   void Degrade(absl::Status why);
   StepOutcome Fallback(const Pending& pending, Cause cause);
 
-  std::shared_ptr<v1::EntroKv::Stub> stub_;  // Null when offline.
-  std::shared_ptr<client_internal::DeadlineWatchdog> watchdog_;
-  std::shared_ptr<client_internal::CounterTotals> totals_;
-  absl::Duration rpc_deadline_;
-  std::string id_;
+  // How a step decided locally without a server answer is counted.
+  Cause LocalCause() const {
+    return offline_ ? Cause::kUnavailable : Cause::kDegraded;
+  }
+
+  client_internal::ClientShared shared_;
+  std::string id_;  // Empty while offline.
+  SessionConfig requested_;
   SessionConfig config_;
   SessionOptions options_;
   StreamingRule rule_;
@@ -121,6 +166,9 @@ class Session::Impl {
   std::deque<Pending> in_flight_;
   bool degraded_ = false;
   absl::Status degraded_reason_;
+  // Created offline and never online since: local steps count as
+  // fallback_unavailable rather than fallback_degraded.
+  bool offline_ = false;
   bool closed_ = false;
   const void* batch_ = nullptr;  // The DecodeBatch that steps this session.
   SessionCounters counters_;

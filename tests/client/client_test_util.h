@@ -11,6 +11,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "entrokv/client/client.h"
@@ -116,16 +117,29 @@ inline SessionConfig SmallConfig(const char* policy, int64_t budget,
   return config;
 }
 
-// An entrokv server in process on a free loopback port, CPU only.
-inline std::unique_ptr<server::Server> StartTestServer() {
+// The options of the test servers: CPU only, on `address`.
+inline server::ServerOptions TestServerOptions(
+    const std::string& address = "127.0.0.1:0") {
   server::ServerOptions options;
-  options.listen = {"127.0.0.1:0"};
+  options.listen = {address};
   options.use_gpu = false;
   options.max_bytes = int64_t{1} << 30;
   options.idle_timeout = absl::Seconds(30);
+  return options;
+}
+
+// An entrokv server in process with `options`; null (and a test failure)
+// when it cannot start.
+inline std::unique_ptr<server::Server> StartTestServer(
+    const server::ServerOptions& options) {
   auto started = server::Server::Start(options);
   EXPECT_TRUE(started.ok()) << started.status();
   return started.ok() ? *std::move(started) : nullptr;
+}
+
+// An entrokv server in process on a free loopback port, CPU only.
+inline std::unique_ptr<server::Server> StartTestServer() {
+  return StartTestServer(TestServerOptions());
 }
 
 }  // namespace entrokv::testing

@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "client_test_util.h"
 #include "entrokv/client/client.h"
+#include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 
@@ -71,6 +72,38 @@ TEST(MinimalEngineTest, KeepsDecodingWhenTheSidecarIsAbsent) {
       << output;
   EXPECT_EQ(fallback, 100);
   EXPECT_EQ(live, 64);  // The local streaming rule holds exactly the budget.
+}
+
+TEST(MinimalEngineTest, KeepsDecodingOfflineAtTheServersSessionLimit) {
+  server::ServerOptions server_options = testing::TestServerOptions();
+  server_options.max_sessions = 1;
+  auto server = testing::StartTestServer(server_options);
+  ASSERT_NE(server, nullptr);
+  ClientOptions options;
+  options.target = server->targets()[0];
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
+  ASSERT_OK_AND_ASSIGN(auto holder,
+                       client->CreateSession(testing::SmallConfig("tova", 4)));
+  ASSERT_FALSE(holder->degraded());
+
+  std::string output;
+  const int status = RunCommand(
+      absl::StrCat(ENTROKV_MINIMAL_ENGINE, " ", server->targets()[0], " 80"),
+      &output);
+  ASSERT_EQ(status, 0) << output;
+  long long steps = -1, from_server = -1, fallback = -1, budget = -1;
+  int live = -1;
+  ASSERT_EQ(std::sscanf(output.c_str(),
+                        "steps=%lld server=%lld fallback=%lld live=%d "
+                        "budget=%lld",
+                        &steps, &from_server, &fallback, &live, &budget),
+            5)
+      << output;
+  EXPECT_EQ(steps, 80);
+  EXPECT_EQ(fallback, 80);
+  EXPECT_EQ(live, 64);
+  // It says that it ran offline, and why.
+  EXPECT_THAT(output, ::testing::HasSubstr("offline: RESOURCE_EXHAUSTED"));
 }
 
 }  // namespace

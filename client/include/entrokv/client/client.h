@@ -6,6 +6,9 @@
 // it creates runs its own Decode stream over the shared channel (see
 // session.h). Connect() does not wait for the server: an unreachable server
 // surfaces as UNAVAILABLE on the first call, or as an offline Session.
+// CreateSession and Attach wait at most SessionOptions::create_deadline;
+// GetSession, ListSessions and CloseSession at most
+// ClientOptions::rpc_deadline.
 //
 // Thread-safety: a Client is thread-safe; any number of threads may create
 // and use sessions at once. Sessions may outlive their Client.
@@ -32,7 +35,9 @@ namespace entrokv {
 
 struct ClientOptions {
   std::string target = "unix:/run/entrokv/entrokv.sock";
-  // Deadline of each unary call (create, get, list, close).
+  // Deadline of GetSession, ListSessions and CloseSession, and of the
+  // background close of a session whose attach failed. (CreateSession,
+  // Attach and Session::Close() use SessionOptions::create_deadline.)
   absl::Duration rpc_deadline = absl::Seconds(5);
   // Largest message sent or received; raise it for long prefill chunks.
   int32_t max_message_bytes = 64 << 20;
@@ -76,20 +81,27 @@ class Client {
   virtual SessionCounters counters() const = 0;
 
   // Creates a server session (`session_id` empty: the server names it) and
-  // attaches a Decode stream to it. With options.offline_when_unavailable,
-  // an unreachable server yields an offline Session (empty id, degraded()
-  // from the start) instead of UNAVAILABLE. Errors: the server's status
-  // (InvalidArgument naming a bad config field, ResourceExhausted past
-  // max_sessions, AlreadyExists for a taken id, ...).
+  // attaches a Decode stream to it, within options.create_deadline. With
+  // options.offline_when_unavailable (the default), a failure that is not
+  // the caller's -- unreachable or silent server, RESOURCE_EXHAUSTED at a
+  // server limit (e.g. max_sessions), INTERNAL, a failed attach after a
+  // successful create -- yields an offline Session (empty id, degraded()
+  // from the start, degraded_reason() saying why; session.h). Errors: the
+  // caller's (InvalidArgument naming a bad config field, AlreadyExists for a
+  // taken id, FailedPrecondition for a GPU placement the server cannot
+  // give); without offline_when_unavailable, every failure.
   virtual absl::StatusOr<std::unique_ptr<Session>> CreateSession(
       const SessionConfig& config, const SessionOptions& options = {},
       std::string_view session_id = {}) = 0;
 
-  // Attaches to an existing session, e.g. after the engine's stream broke.
-  // The next step is the server's last step + 1. `live_slots` are the slots
-  // the engine still holds for it, in append order: the local fallback can
-  // only evict entries it knows of. Errors: NotFound (unknown or reclaimed),
-  // FailedPrecondition (attached to another live stream).
+  // Attaches to an existing session, e.g. after the engine's stream broke,
+  // within options.create_deadline. The next step is the server's last step
+  // + 1. `live_slots` are the slots the engine still holds for it, in append
+  // order: the local fallback can only evict entries it knows of. Attach
+  // never fails open (without the server it does not know the session's
+  // configuration). Errors: NotFound (unknown or reclaimed),
+  // FailedPrecondition (attached to another live stream), and the
+  // server-side failures (Unavailable, DeadlineExceeded, ...).
   virtual absl::StatusOr<std::unique_ptr<Session>> Attach(
       std::string_view session_id, const SessionOptions& options = {},
       absl::Span<const uint64_t> live_slots = {}) = 0;

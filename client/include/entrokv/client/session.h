@@ -18,15 +18,33 @@
 // the same inputs the pipelined results are the blocking ones shifted by one
 // step.
 //
-// The engine never stalls on the sidecar: every step has a deadline
-// (SessionOptions::step_deadline, counted from its send). When it passes, or
-// the stream breaks, or the server was unreachable at creation (an offline
-// session, see Client::CreateSession), the Session decides locally with the
-// `streaming` rule (keep the sinks, pinned and most recent entries, evict the
-// oldest of the rest down to the budget; see live_set.h) and counts it in
-// counters(). From then on the session is degraded: the server's state no
-// longer matches the engine's cache (the wire has no way to tell it which
-// slots were freed locally), so every later step is decided locally too.
+// Failure: the engine never waits on the sidecar for long.
+//  - Creation. Client::CreateSession (its RPC and the stream's attach
+//    handshake together) waits at most SessionOptions::create_deadline
+//    (default 200 ms). When it fails for a reason that is not the caller's --
+//    the server unreachable or silent (UNAVAILABLE, DEADLINE_EXCEEDED), at a
+//    limit (RESOURCE_EXHAUSTED: max sessions, streams, bytes), broken
+//    (INTERNAL, UNKNOWN, CANCELLED, ...), or an attach that fails after the
+//    server created the session (that server session is then closed in the
+//    background) -- it returns an *offline* Session: empty id(), degraded()
+//    from the start, degraded_reason() naming the failure, counted in
+//    counters().offline_sessions. The caller's own errors (INVALID_ARGUMENT,
+//    ALREADY_EXISTS, FAILED_PRECONDITION, NOT_FOUND, ...) are returned.
+//    With offline_when_unavailable = false every failure is returned.
+//  - Steps. Every step has a deadline (SessionOptions::step_deadline,
+//    counted from its send). When it passes, or the stream breaks, or the
+//    session is offline, the Session decides locally with the `streaming`
+//    rule (keep the sinks, pinned and most recent entries, evict the oldest
+//    of the rest down to the budget; see live_set.h) and counts it in
+//    counters(). From then on the session is degraded: the server's state no
+//    longer matches the engine's cache (the wire has no way to tell it which
+//    slots were freed locally), so every later step is decided locally too.
+//  - Close. Close() waits at most create_deadline. A close the server does
+//    not confirm in time, or a server-side failure, completes locally: OK,
+//    counted in counters().unconfirmed_closes (the server reclaims the
+//    session after its idle timeout); NOT_FOUND (the session was reclaimed
+//    or lost with a server restart) is OK too. An offline session's Close()
+//    sends nothing and returns at once.
 //
 // Errors: a step the server rejects (bad input: INVALID_ARGUMENT naming the
 // field, RESOURCE_EXHAUSTED past a limit, ...) is returned as that status and
@@ -67,13 +85,17 @@ struct SessionOptions {
   // Per-step deadline, counted from the step's send. Past it the step is
   // decided locally. absl::InfiniteDuration(): wait for the server forever.
   absl::Duration step_deadline = absl::Milliseconds(100);
-  // Deadline of the stream's attach handshake (CreateSession / Attach).
-  absl::Duration attach_deadline = absl::Seconds(5);
+  // The creation deadline: the most CreateSession (its RPC and the stream's
+  // attach handshake together), Attach and Close() wait for the server.
+  // absl::InfiniteDuration(): wait for the server forever.
+  absl::Duration create_deadline = absl::Milliseconds(200);
   // Step number of the first step of a new session.
   uint64_t first_step = 0;
-  // When the server is unreachable at CreateSession (UNAVAILABLE or
-  // DEADLINE_EXCEEDED), return an offline Session that decides every step
-  // locally instead of failing.
+  // Fail open. When CreateSession fails for a reason that is not the
+  // caller's (see "Failure" above), return an offline Session that decides
+  // every step locally, its degraded_reason() saying why; and let Close()
+  // complete locally when the server does not confirm it. False: return
+  // those failures as errors.
   bool offline_when_unavailable = true;
   // When a step carries logits, compute their entropy on the engine side and
   // send only the entropy (true), or send the logits (false).
@@ -137,6 +159,11 @@ struct SessionCounters {
   int64_t evicted_by_fallback = 0;
   int64_t bytes_sent = 0;      // Serialized request bytes.
   int64_t bytes_received = 0;  // Serialized response bytes.
+  // Sessions created offline (1 or 0 for one Session).
+  int64_t offline_sessions = 0;
+  // Close() calls completed locally: the server did not confirm them in
+  // time, and reclaims the session after its idle timeout.
+  int64_t unconfirmed_closes = 0;
 };
 
 class Session {
@@ -196,8 +223,11 @@ class Session {
   // REQUIRES: in_flight() <= 1.
   absl::StatusOr<std::optional<StepOutcome>> Flush();
 
-  // Ends the stream and closes the server session (its state is freed).
-  // Later steps fail with FailedPrecondition. Idempotent.
+  // Ends the stream and closes the server session (its state is freed),
+  // waiting at most SessionOptions::create_deadline. With
+  // offline_when_unavailable (the default) it fails only on the caller's
+  // errors: a close the server does not confirm completes locally (see
+  // "Close" above). Later steps fail with FailedPrecondition. Idempotent.
   absl::Status Close();
 
   // The library's state behind this Session (internal).
