@@ -1,6 +1,8 @@
 #include "entrokv/client/client.h"
 
 #include <algorithm>
+#include <cstdint>
+#include <limits>
 #include <utility>
 #include <vector>
 
@@ -27,6 +29,12 @@ using client_internal::CreatedSession;
 using client_internal::CreateServerSession;
 using client_internal::IsServerSideFailure;
 using client_internal::OpenStream;
+
+// A positive duration as whole milliseconds for a gRPC channel argument.
+int Milliseconds(absl::Duration d) {
+  return static_cast<int>(std::clamp<int64_t>(absl::ToInt64Milliseconds(d), 1,
+                                              std::numeric_limits<int>::max()));
+}
 
 // `status` with `what` before its message, its code kept.
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
@@ -290,9 +298,36 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
   if (options.target.empty()) {
     return absl::InvalidArgumentError("target: empty");
   }
+  const struct {
+    const char* name;
+    absl::Duration value;
+  } durations[] = {
+      {"reconnect_initial_backoff", options.reconnect_initial_backoff},
+      {"reconnect_max_backoff", options.reconnect_max_backoff},
+      {"connect_timeout", options.connect_timeout},
+  };
+  for (const auto& [name, value] : durations) {
+    if (value <= absl::ZeroDuration()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          name, ": ", absl::FormatDuration(value), " is not positive"));
+    }
+  }
+  if (options.reconnect_max_backoff < options.reconnect_initial_backoff) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("reconnect_max_backoff: ",
+                     absl::FormatDuration(options.reconnect_max_backoff),
+                     " is below reconnect_initial_backoff ",
+                     absl::FormatDuration(options.reconnect_initial_backoff)));
+  }
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options.max_message_bytes);
   args.SetMaxSendMessageSize(options.max_message_bytes);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS,
+              Milliseconds(options.reconnect_initial_backoff));
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS,
+              Milliseconds(options.reconnect_max_backoff));
+  args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
+              Milliseconds(options.connect_timeout));
   std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
       options.target, grpc::InsecureChannelCredentials(), args);
   return std::unique_ptr<Client>(new ClientImpl(options, std::move(channel)));

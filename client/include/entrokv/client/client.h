@@ -41,6 +41,19 @@ struct ClientOptions {
   absl::Duration rpc_deadline = absl::Seconds(5);
   // Largest message sent or received; raise it for long prefill chunks.
   int32_t max_message_bytes = 64 << 20;
+  // Reconnection of the channel after the server went away (gRPC's
+  // subchannel backoff; gRPC's own defaults are 1 s, 120 s and 20 s, which
+  // leave new sessions offline for seconds to minutes after a sidecar
+  // restart). After a failed connect the next attempt waits
+  // reconnect_initial_backoff, each following one 1.6 times longer, up to
+  // reconnect_max_backoff; gRPC adds a fixed +-20 % jitter to each wait.
+  // Each attempt may take connect_timeout at least (a port that accepts and
+  // never answers holds one attempt that long). gRPC raises each value
+  // below 100 ms to 100 ms. Connect() rejects values that are not positive
+  // and a max below the initial backoff.
+  absl::Duration reconnect_initial_backoff = absl::Milliseconds(100);
+  absl::Duration reconnect_max_backoff = absl::Seconds(1);
+  absl::Duration connect_timeout = absl::Seconds(1);
 };
 
 // A session as the server describes it.
@@ -66,7 +79,7 @@ struct ServerInfo {
 class Client {
  public:
   // Creates the channel; does not contact the server.
-  // Errors: InvalidArgument for an empty target.
+  // Errors: InvalidArgument for an empty target or a bad reconnect setting.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);
 
