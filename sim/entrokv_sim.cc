@@ -62,6 +62,10 @@ ABSL_FLAG(int32_t, decide_every, 1, "Variant: decide on every K-th step.");
 ABSL_FLAG(int32_t, block_size, 1, "Block granularity: N tokens (1: token).");
 ABSL_FLAG(bool, block_summary, false,
           "Variant: with --block_size >= 2, one state per block (mean key).");
+ABSL_FLAG(bool, cadence_scaled_rates, false,
+          "--fidelity: with --decide_every K > 1, the variant's affinity "
+          "lambda becomes lambda^K and its entropy EMA rate 1 - (1 - r)^K, "
+          "so that its state spans as many steps as the exact run's.");
 ABSL_FLAG(bool, fidelity, false,
           "Measure the variant against the same policies scored exactly at "
           "mean live --target_live (0: the exact audit policy's mean live at "
@@ -288,8 +292,14 @@ int RunFidelity(const RunOptions& o, bool json) {
                    PolicyName(v.session).c_str());
       continue;
     }
-    absl::StatusOr<FidelityRow> row = MeasureFidelity(v, target);
+    RunOptions exact = v;
+    exact.session = ExactScoring(v.session);
+    const bool scaled =
+        absl::GetFlag(FLAGS_cadence_scaled_rates) && v.session.decide_every > 1;
+    if (scaled) ScaleRatesWithCadence(&v.session);
+    absl::StatusOr<FidelityRow> row = MeasureFidelity(exact, v, target);
     if (!row.ok()) return Fail(row.status());
+    if (scaled) row->variant += " scaled-rates";
     rows.push_back(*std::move(row));
   }
   if (json) {

@@ -389,11 +389,25 @@ absl::StatusOr<Calibration> Calibrate(const RunOptions& options,
   return c;
 }
 
+void ScaleRatesWithCadence(SessionConfig* config) {
+  const int k = config->decide_every;
+  if (k <= 1) return;
+  config->affinity.lambda = std::pow(config->affinity.lambda, k);
+  config->entropy_budget.ema_rate =
+      1.0 - std::pow(1.0 - config->entropy_budget.ema_rate, k);
+}
+
 absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& variant,
                                             double target) {
-  FidelityRow row;
   RunOptions exact = variant;
   exact.session = ExactScoring(variant.session);
+  return MeasureFidelity(exact, variant, target);
+}
+
+absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& exact,
+                                            const RunOptions& variant,
+                                            double target) {
+  FidelityRow row;
   row.policy = PolicyName(variant.session);
   row.variant = VariantName(variant.session);
   row.target_mean_live = target;

@@ -143,6 +143,16 @@ struct FidelityRow {
 };
 absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& variant,
                                             double target_mean_live);
+// The same against a given exact run (e.g. the policy with its own rates
+// when the variant's were scaled with its cadence).
+absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& exact,
+                                            const RunOptions& variant,
+                                            double target_mean_live);
+
+// With decide_every K > 1, the ranking state and the entropy EMA advance
+// once per decision; λ → λ^K and r → 1 − (1 − r)^K make them span as many
+// steps as λ and r do when every step decides.
+void ScaleRatesWithCadence(SessionConfig* config);
 
 }  // namespace entrokv::sim
 

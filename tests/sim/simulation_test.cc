@@ -185,6 +185,19 @@ TEST(SimulationTest, FidelityOfAnOrderOnlyRankingIsExact) {
   EXPECT_GT(row->live_jaccard, 0.0);
 }
 
+TEST(SimulationTest, ScaledRatesSpanTheSameStepsAtACadence) {
+  SessionConfig config;
+  config.decide_every = 4;
+  ScaleRatesWithCadence(&config);
+  EXPECT_NEAR(config.affinity.lambda, 0.9 * 0.9 * 0.9 * 0.9, 1e-15);
+  EXPECT_NEAR(config.entropy_budget.ema_rate, 1.0 - 0.95 * 0.95 * 0.95 * 0.95,
+              1e-15);
+  SessionConfig every_step;
+  ScaleRatesWithCadence(&every_step);
+  EXPECT_EQ(every_step.affinity.lambda, 0.9);
+  EXPECT_EQ(every_step.entropy_budget.ema_rate, 0.05);
+}
+
 TEST(SimulationTest, CompareLeavesPerHeadRankingsOutUnderGroupSum) {
   RunOptions o = GqaRun();
   o.steps = 120;

@@ -101,6 +101,11 @@ ABSL_FLAG(int, block_size, 1,
 ABSL_FLAG(bool, block_summary, false,
           "Variant: with --block_size N >= 2, one state per full block, "
           "scored from its mean key.");
+ABSL_FLAG(bool, cadence_scaled_rates, false,
+          "Variant: with --decide_every K > 1, scale the per-decision rates so "
+          "that the state spans as many tokens as when deciding every step: "
+          "affinity lambda -> lambda^K, entropy-budget EMA rate r -> "
+          "1 - (1 - r)^K.");
 ABSL_FLAG(bool, fidelity, false,
           "Measure the variant against the same policies scored exactly "
           "(same block size, no sketch, per-head queries, all layers, every "
@@ -220,11 +225,32 @@ std::string VariantName(const SessionConfig& config) {
     parts.push_back(absl::StrCat("block:", config.block_size));
   }
   if (config.block_summary) parts.emplace_back("summary");
+  if (config.decide_every > 1 && absl::GetFlag(FLAGS_cadence_scaled_rates)) {
+    parts.emplace_back("scaled-rates");
+  }
   return parts.empty() ? "exact" : absl::StrJoin(parts, " ");
 }
 
-absl::StatusOr<std::vector<SessionConfig>> Policies(const ModelConfig& model,
-                                                    const std::string& flag) {
+// The ranking state and the entropy EMA advance once per decision: with a
+// decision every K steps, λ^K and 1 − (1 − r)^K span as many tokens as λ
+// and r do when every step decides.
+void ScaleRatesWithCadence(SessionConfig* config) {
+  const int k = config->decide_every;
+  if (k <= 1) return;
+  config->affinity.lambda = std::pow(config->affinity.lambda, k);
+  config->entropy_budget.ema_rate =
+      1.0 - std::pow(1.0 - config->entropy_budget.ema_rate, k);
+}
+
+// A policy with the variant flags applied, and the same policy scored
+// exactly (ExactScoring, with the policy's own rates).
+struct PolicyPair {
+  SessionConfig exact;
+  SessionConfig variant;
+};
+
+absl::StatusOr<std::vector<PolicyPair>> Policies(const ModelConfig& model,
+                                                 const std::string& flag) {
   std::vector<SessionConfig> named;
   if (flag == "all") {
     for (Ranking ranking : kAllRankings) {
@@ -244,7 +270,7 @@ absl::StatusOr<std::vector<SessionConfig>> Policies(const ModelConfig& model,
       named.push_back(config);
     }
   }
-  std::vector<SessionConfig> policies;
+  std::vector<PolicyPair> policies;
   for (SessionConfig config : named) {
     ENTROKV_RETURN_IF_ERROR(ApplyVariant(model, &config));
     if (config.shape.query_form == QueryForm::kGroupSum &&
@@ -264,7 +290,11 @@ absl::StatusOr<std::vector<SessionConfig>> Policies(const ModelConfig& model,
                                   ": ", st.message()));
     }
     config.budget = 1;
-    policies.push_back(config);
+    PolicyPair pair{ExactScoring(model, config), config};
+    if (absl::GetFlag(FLAGS_cadence_scaled_rates)) {
+      ScaleRatesWithCadence(&pair.variant);
+    }
+    policies.push_back(pair);
   }
   if (policies.empty()) {
     return absl::InvalidArgumentError("no policy left to evaluate");
@@ -571,14 +601,13 @@ std::string Budgets(const Bracket& b) {
 
 absl::Status Fidelity(const Model& model,
                       const std::vector<std::vector<int>>& stories,
-                      Decider* decider,
-                      const std::vector<SessionConfig>& policies,
+                      Decider* decider, const std::vector<PolicyPair>& pairs,
                       const std::vector<int64_t>& targets,
                       const std::filesystem::path& out_dir) {
   // Per policy: the exact curve [2i] and the variant's [2i + 1].
   std::vector<Curve> curves;
-  for (const SessionConfig& policy : policies) {
-    const SessionConfig exact = ExactScoring(model.config(), policy);
+  std::vector<SessionConfig> policies;
+  for (const auto& [exact, policy] : pairs) {
     if (VariantName(exact) == VariantName(policy)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--fidelity: the variant flags name exact scoring (",
@@ -588,6 +617,7 @@ absl::Status Fidelity(const Model& model,
     }
     curves.push_back({exact, {}});
     curves.push_back({policy, {}});
+    policies.push_back(policy);
   }
   FidelitySweep sweep(model, stories, decider);
   std::vector<std::vector<Bracket>> brackets(
@@ -724,8 +754,10 @@ absl::Status Main() {
       std::vector<int64_t> pipelined,
       ParseList(absl::GetFlag(FLAGS_pipelined_budgets), "pipelined_budgets"));
   ENTROKV_ASSIGN_OR_RETURN(
-      std::vector<SessionConfig> policies,
+      std::vector<PolicyPair> pairs,
       Policies(model.config(), absl::GetFlag(FLAGS_policies)));
+  std::vector<SessionConfig> policies;
+  for (const PolicyPair& pair : pairs) policies.push_back(pair.variant);
 
   std::unique_ptr<Decider> decider;
   if (absl::GetFlag(FLAGS_inprocess)) {
@@ -759,7 +791,7 @@ absl::Status Main() {
       return absl::UnavailableError(absl::StrCat(
           "cannot create '", out_dir.string(), "': ", error.message()));
     }
-    return Fidelity(model, stories, decider.get(), policies, targets, out_dir);
+    return Fidelity(model, stories, decider.get(), pairs, targets, out_dir);
   }
 
   std::vector<Run> runs;
