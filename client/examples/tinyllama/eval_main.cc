@@ -710,11 +710,11 @@ absl::Status Fidelity(const Model& model,
                                    b.hi->config.budget);
       };
       absl::StrAppend(
-          &csv, policy, ",", variant, ",", targets[t], ",", Num(e.ppl, 5), ",",
-          Num(v.ppl, 5), ",", Num(diff.pct, 3), ",", Num(diff.se_pct, 3), ",",
-          lo_hi(e, false), ",", lo_hi(e, true), ",", e.hi ? e.hi->peak_live : 0,
-          ",", lo_hi(v, false), ",", lo_hi(v, true), ",",
-          v.hi ? v.hi->peak_live : 0, ",", nominal[i][t], ",",
+          &csv, policy, ",\"", variant, "\",", targets[t], ",", Num(e.ppl, 5),
+          ",", Num(v.ppl, 5), ",", Num(diff.pct, 3), ",", Num(diff.se_pct, 3),
+          ",", lo_hi(e, false), ",", lo_hi(e, true), ",",
+          e.hi ? e.hi->peak_live : 0, ",", lo_hi(v, false), ",", lo_hi(v, true),
+          ",", v.hi ? v.hi->peak_live : 0, ",", nominal[i][t], ",",
           same_exact ? Num(same_exact->mean_live(), 3) : "", ",",
           same_variant ? Num(same_variant->mean_live(), 3) : "", ",",
           Num(overlap.evicted, 4), ",", Num(overlap.live, 4), ",",
@@ -878,7 +878,7 @@ absl::Status Main() {
                     Num(r.ppl()), ",",
                     Num(100.0 * (r.ppl() / full.ppl() - 1.0), 2), ",",
                     Num(r.mean_live(), 2), ",", r.peak_live, ",", r.evicted,
-                    ",", Num(r.seconds, 2), ",", r.variant, "\n");
+                    ",", Num(r.seconds, 2), ",\"", r.variant, "\"\n");
   };
   full.config.budget = 0;
   full.variant = "full";
