@@ -1,0 +1,855 @@
+"""Client and Session: an inference engine's handle on an entrokv sidecar.
+
+The Python counterpart of client/include/entrokv/client/{client.h,session.h},
+with the same guarantees:
+
+- Step numbers are assigned by the Session (first_step, then +1 per accepted
+  step); a step the server rejects leaves the session unchanged and its number
+  is reused by the next step.
+- Every step has a deadline (``step_deadline``, counted from its send). When it
+  passes, the stream breaks, or the session is offline, the step is decided
+  locally with the ``streaming`` rule (sinks, pinned and most recent entries
+  kept, the oldest of the rest evicted down to the budget) and counted by cause
+  in ``counters()``. From then on the session is *degraded*: the server's state
+  no longer matches the engine's cache, so every later step is local too.
+- ``create_session`` waits at most ``create_deadline`` for the RPC and the
+  stream's attach together. A failure that is not the caller's (unreachable or
+  silent server, a server limit, a broken server) gives an *offline* session
+  (``session.offline``, ``session.degraded_reason``) unless
+  ``offline_when_unavailable=False``; the caller's own errors are raised.
+- Inputs the client can check (sizes, duplicate slot ids, entropy) are rejected
+  before anything is sent, with C++'s messages (they name the field).
+
+Deadlines are in seconds (float; ``math.inf``: wait forever). Defaults come
+from ``ENTROKV_TARGET`` and ``ENTROKV_STEP_DEADLINE_MS`` when set.
+
+Thread-safety: a Client may be shared by threads; a Session is used by one
+thread at a time (the engine's decode loop).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+import queue
+import threading
+import time
+from dataclasses import dataclass, field, fields
+from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
+
+import grpc
+import numpy as np
+
+from . import config as _config
+from ._stubs import pb2, pb2_grpc
+from .config import SessionConfig, policy_needs_entropy, validate_config
+from .errors import (SERVER_SIDE, EntroKvError, code_of, failed_precondition,
+                     invalid)
+from .live_set import LiveSet, StreamingRule
+from .sketch import Sketcher
+from .vectors import as_vector, convert, entropy_of_logits, to_float32
+
+DEFAULT_TARGET = "unix:/run/entrokv/entrokv.sock"
+DEFAULT_STEP_DEADLINE = 0.1  # seconds
+DEFAULT_CREATE_DEADLINE = 0.2  # seconds
+_U64_MAX = (1 << 64) - 1
+
+
+def _env_target() -> str:
+    return os.environ.get("ENTROKV_TARGET") or DEFAULT_TARGET
+
+
+def _env_step_deadline() -> float:
+    raw = os.environ.get("ENTROKV_STEP_DEADLINE_MS")
+    if not raw:
+        return DEFAULT_STEP_DEADLINE
+    try:
+        ms = float(raw)
+    except ValueError:
+        raise invalid(f"ENTROKV_STEP_DEADLINE_MS: {raw!r} is not a number") from None
+    if not ms > 0:
+        raise invalid(f"ENTROKV_STEP_DEADLINE_MS: {raw!r} is not positive")
+    return ms / 1000.0
+
+
+def _timeout(deadline: float) -> Optional[float]:
+    """Seconds left until a time.monotonic() deadline (None: forever)."""
+    if math.isinf(deadline):
+        return None
+    return max(0.0, deadline - time.monotonic())
+
+
+@dataclass
+class SessionCounters:
+    """What a session (or, summed, a client) did; export with the engine's
+    metrics. A non-zero fallback_steps means the sidecar is down or too slow."""
+
+    steps: int = 0  # Steps answered, by the server or locally.
+    server_steps: int = 0  # Answered by the server.
+    fallback_steps: int = 0  # Decided locally: the sum of the three below.
+    fallback_deadline: int = 0  # ... because its deadline passed.
+    fallback_unavailable: int = 0  # ... because the stream broke / offline.
+    fallback_degraded: int = 0  # ... because an earlier step fell back.
+    rejected_steps: int = 0  # Steps the server or the client rejected.
+    evicted_by_server: int = 0
+    evicted_by_fallback: int = 0
+    bytes_sent: int = 0  # Serialized request bytes.
+    bytes_received: int = 0  # Serialized response bytes.
+    offline_sessions: int = 0  # Sessions created offline.
+    unconfirmed_closes: int = 0  # Closes completed locally.
+
+    def __iadd__(self, other: "SessionCounters") -> "SessionCounters":
+        for f in fields(self):
+            setattr(self, f.name, getattr(self, f.name) + getattr(other, f.name))
+        return self
+
+    def copy(self) -> "SessionCounters":
+        return SessionCounters(**{f.name: getattr(self, f.name) for f in fields(self)})
+
+
+@dataclass
+class StepOutcome:
+    """One step's answer. Free the slots in ``evicted`` (append order)."""
+
+    step: int
+    evicted: List[int] = field(default_factory=list)
+    live: int = 0  # Live entries after the evictions.
+    budget: int = 0  # The step's effective budget B_t.
+    entropy: float = 0.0  # The entropy used (0 when none was needed).
+    fallback: bool = False  # Decided locally, not by the server.
+    deferred: bool = False  # Recorded, no decision (decide_every > 1).
+    latency: float = 0.0  # Seconds from send to result (client side).
+    server_compute: float = 0.0  # Seconds in the server's core (0 if local).
+
+
+@dataclass
+class SessionStats:
+    live: int = 0
+    peak_live: int = 0
+    budget: int = 0
+    steps: int = 0
+    last_step: Optional[int] = None
+    appended: int = 0
+    evicted: int = 0
+    bytes_held: int = 0
+    placement: str = "cpu"
+
+
+@dataclass
+class SessionInfo:
+    """A session as the server describes it."""
+
+    id: str
+    config: SessionConfig
+    stats: SessionStats
+    attached: bool
+    idle: float  # Seconds since it was last detached (0 while attached).
+
+
+@dataclass
+class ServerInfo:
+    sessions: int = 0
+    max_sessions: int = 0  # 0: unlimited (likewise below).
+    bytes_held: int = 0
+    max_bytes: int = 0
+    gpu_bytes_held: int = 0
+    max_gpu_bytes: int = 0
+    max_live_entries: int = 0
+    gpu_available: bool = False
+
+
+def _info_from_proto(m) -> SessionInfo:
+    s = m.stats
+    return SessionInfo(
+        id=m.session_id,
+        config=_config.from_proto(m.config),
+        stats=SessionStats(
+            live=s.live, peak_live=s.peak_live, budget=s.budget, steps=s.steps,
+            last_step=s.last_step if s.HasField("last_step") else None,
+            appended=s.appended, evicted=s.evicted, bytes_held=s.bytes_held,
+            placement=_config._enum(s.placement, _config.PLACEMENTS, "cpu")),
+        attached=m.attached, idle=m.idle_ms / 1000.0)
+
+
+def _slot_list(slot_ids: Any) -> List[int]:
+    if slot_ids is None:
+        return []
+    if hasattr(slot_ids, "detach"):  # A torch tensor.
+        slot_ids = slot_ids.detach().cpu().numpy()
+    a = np.asarray(slot_ids)
+    if a.size == 0:
+        return []
+    if a.dtype.kind not in "ui":
+        raise invalid(f"append.slot_ids: unsupported dtype {a.dtype} (want integers)")
+    ids = [int(x) for x in a.reshape(-1).tolist()]
+    for sid in ids:
+        if sid < 0 or sid > _U64_MAX:
+            raise invalid(f"append.slot_ids: slot {sid} is outside [0, 2^64)")
+    return ids
+
+
+def _pinned_list(pinned: Any) -> List[bool]:
+    if pinned is None:
+        return []
+    if hasattr(pinned, "detach"):
+        pinned = pinned.detach().cpu().numpy()
+    a = np.asarray(pinned)
+    return [bool(x) for x in a.reshape(-1).tolist()]
+
+
+# --- The Decode stream ---------------------------------------------------------
+
+_END = object()
+
+
+class _Stream:
+    """One Decode stream: requests through a queue, responses read by a
+    thread into a queue, so that a wait can have a deadline."""
+
+    def __init__(self, stub) -> None:
+        self._requests: "queue.Queue[Any]" = queue.Queue()
+        self._responses: "queue.Queue[Any]" = queue.Queue()
+        self._call = stub.Decode(iter(self._requests.get, _END))
+        self._ended: Optional[EntroKvError] = None
+        self._reader = threading.Thread(target=self._read, daemon=True,
+                                        name="entrokv-decode-reader")
+        self._reader.start()
+
+    def _read(self) -> None:
+        try:
+            for response in self._call:
+                self._responses.put(response)
+            self._responses.put(EntroKvError(grpc.StatusCode.UNAVAILABLE,
+                                             "entrokv: the Decode stream ended"))
+        except grpc.RpcError as e:
+            self._responses.put(EntroKvError.from_rpc(e, "Decode: "))
+        except Exception as e:  # pragma: no cover - defensive
+            self._responses.put(EntroKvError.internal(f"Decode: {e}"))
+
+    def send(self, request) -> None:
+        self._requests.put(request)
+
+    def next(self, deadline: float):
+        """The next response, or raise EntroKvError (DEADLINE_EXCEEDED when
+        `deadline` passes; the stream's status when it ended)."""
+        if self._ended is not None:
+            raise self._ended
+        try:
+            item = self._responses.get(timeout=_timeout(deadline))
+        except queue.Empty:
+            raise EntroKvError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                               "entrokv: step deadline exceeded") from None
+        if isinstance(item, EntroKvError):
+            self._ended = item
+            raise item
+        return item
+
+    def cancel(self) -> None:
+        self._requests.put(_END)
+        self._call.cancel()
+
+
+# --- Session -------------------------------------------------------------------
+
+
+@dataclass
+class _Pending:
+    step: int
+    slot_ids: List[int]
+    sent: float
+    entropy: float
+    local: bool
+
+
+class Session:
+    """One sequence's connection to the sidecar. Made by Client.create_session
+    or Client.attach; see the module docstring for the failure semantics."""
+
+    def __init__(self, *, client: "Client", session_id: str,
+                 config: SessionConfig, step_deadline: float,
+                 create_deadline: float, first_step: int, steps_done: int,
+                 offline_when_unavailable: bool, entropy_on_client: bool,
+                 sketcher: Sketcher, stream: Optional[_Stream],
+                 offline_reason: Optional[EntroKvError] = None) -> None:
+        self._client = client
+        self._id = session_id
+        self._config = config
+        self._step_deadline = step_deadline
+        self._create_deadline = create_deadline
+        self._first_step = first_step
+        self._next_step = first_step
+        self._steps_done = steps_done
+        self._offline_when_unavailable = offline_when_unavailable
+        self._entropy_on_client = entropy_on_client
+        self._sketcher = sketcher
+        self._stream = stream
+        self._live = LiveSet()
+        self._in_flight: Deque[_Pending] = collections.deque()
+        self._counters = SessionCounters()
+        client._register(self._counters)
+        self._closed = False
+        self._offline = offline_reason is not None
+        self._degraded = self._offline
+        self._degraded_reason: Optional[EntroKvError] = offline_reason
+        if self._offline:
+            self._counters.offline_sessions = 1
+        self._rule = StreamingRule(
+            budget=max(config.budget, 1),
+            sinks=max(config.protection.sinks, config.streaming_sinks),
+            recent=config.protection.recent,
+            block_size=max(config.block_size, 1))
+
+    # -- Properties -------------------------------------------------------------
+
+    @property
+    def id(self) -> str:
+        """The server's session id; "" for an offline session."""
+        return self._id
+
+    @property
+    def config(self) -> SessionConfig:
+        """The effective configuration (defaults filled in by the server)."""
+        return self._config
+
+    @property
+    def next_step(self) -> int:
+        """The number the next step will carry."""
+        return self._next_step
+
+    @property
+    def offline(self) -> bool:
+        """True when the session was created without the server."""
+        return self._offline
+
+    @property
+    def degraded(self) -> bool:
+        """True once steps are decided locally (degraded_reason says why)."""
+        return self._degraded
+
+    @property
+    def degraded_reason(self) -> Optional[EntroKvError]:
+        return self._degraded_reason
+
+    @property
+    def in_flight(self) -> int:
+        """Steps sent and not yet collected (0, 1 or 2)."""
+        return len(self._in_flight)
+
+    def counters(self) -> SessionCounters:
+        return self._counters.copy()
+
+    def live_slots(self) -> List[int]:
+        """Live entries as this client knows them, in append order."""
+        return self._live.slots()
+
+    def next_step_decides(self, appended: int = 1) -> bool:
+        """True when the next step, appending `appended` entries, may be a
+        decision step: it must then carry queries (and the entropy when the
+        policy reads it). False: queries and entropy may be left out and
+        neither is sent."""
+        every = self._config.decide_every
+        if every <= 1:
+            return True
+        accepted = self._steps_done + (self._next_step - self._first_step)
+        if (accepted + 1) % every == 0:
+            return True
+        ceiling = self._config.hard_ceiling
+        return ceiling > 0 and len(self._live) + appended > ceiling
+
+    # -- Steps --------------------------------------------------------------------
+
+    def step(self, slot_ids: Any, keys: Any, queries: Any = None,
+             entropy: Optional[float] = None, logits: Any = None,
+             pinned: Any = None) -> StepOutcome:
+        """Sends one step and waits for its evictions (or decides locally when
+        the deadline passes).
+
+        slot_ids: the engine's ids of the entries appended since the previous
+            step (ints, unique among live entries). keys: their keys,
+            [entry][layer][kv_head][head_dim], full head_dim, f32/f16/bf16.
+        queries: [layer][q_head][head_dim]; may be None when
+            next_step_decides() is False. entropy: H(p_t) in nats, or logits
+            (computed on the client unless entropy_on_client=False).
+        pinned: None or one flag per slot id (never evicted).
+        Raises EntroKvError: INVALID_ARGUMENT for input the client rejects,
+        the server's status for a step it rejects.
+        """
+        if self._in_flight:
+            raise failed_precondition(
+                "entrokv: Step() with steps in flight; Flush() first")
+        self.step_async(slot_ids, keys, queries, entropy, logits, pinned)
+        return self.collect()
+
+    def step_pipelined(self, slot_ids: Any, keys: Any, queries: Any = None,
+                       entropy: Optional[float] = None, logits: Any = None,
+                       pinned: Any = None) -> Optional[StepOutcome]:
+        """Sends step t and returns step t-1's outcome (None on the first
+        call): the round trip overlaps the engine's compute, evictions apply
+        one step late. Finish with flush()."""
+        if len(self._in_flight) > 1:
+            raise failed_precondition(
+                "entrokv: StepPipelined() with two steps in flight")
+        self.step_async(slot_ids, keys, queries, entropy, logits, pinned)
+        if len(self._in_flight) < 2:
+            return None
+        return self.collect()
+
+    def step_async(self, slot_ids: Any, keys: Any, queries: Any = None,
+                   entropy: Optional[float] = None, logits: Any = None,
+                   pinned: Any = None) -> None:
+        """Sends a step without waiting (at most two in flight)."""
+        if self._closed:
+            raise failed_precondition("entrokv: the session is closed")
+        if len(self._in_flight) >= 2:
+            raise failed_precondition(
+                "entrokv: two steps in flight already; Collect() first")
+        request = None if self._degraded else pb2.DecodeRequest()
+        self._prepare(slot_ids, keys, queries, entropy, logits, pinned,
+                      None if request is None else request.steps.add())
+        if request is not None:
+            self._counters.bytes_sent += request.ByteSize()
+            self._stream.send(request)
+
+    def collect(self) -> StepOutcome:
+        """Waits for the oldest step in flight (deadline counted from its send)."""
+        if not self._in_flight:
+            raise failed_precondition("entrokv: no step in flight")
+        pending = self._in_flight.popleft()
+        if pending.local:
+            return self._fallback(pending, "unavailable" if self._offline else "degraded")
+        if self._degraded:
+            return self._fallback(pending, "degraded")
+        try:
+            response = self._stream.next(pending.sent + self._step_deadline)
+        except EntroKvError as e:
+            self._degrade(e)
+            cause = ("deadline" if e.code == grpc.StatusCode.DEADLINE_EXCEEDED
+                     else "unavailable")
+            return self._fallback(pending, cause)
+        self._counters.bytes_received += response.ByteSize()
+        if len(response.results) != 1:
+            self._degrade(EntroKvError.internal(
+                f"entrokv: a step response with {len(response.results)} results"))
+            return self._fallback(pending, "unavailable")
+        return self._finish(pending, response.results[0])
+
+    def flush(self) -> Optional[StepOutcome]:
+        """Collects the step still in flight after a pipelined run (or None)."""
+        if len(self._in_flight) > 1:
+            raise failed_precondition(
+                "entrokv: Flush() with two steps in flight; Collect() first")
+        if not self._in_flight:
+            return None
+        return self.collect()
+
+    def close(self) -> None:
+        """Ends the stream and closes the server session, waiting at most
+        create_deadline. A close the server does not confirm completes
+        locally (counted in unconfirmed_closes); NOT_FOUND is success.
+        Idempotent; later steps raise FAILED_PRECONDITION."""
+        if self._closed:
+            return
+        self._closed = True
+        self._in_flight.clear()
+        try:
+            if self._id:
+                try:
+                    self._client._stub.CloseSession(
+                        pb2.CloseSessionRequest(session_id=self._id),
+                        timeout=_timeout(time.monotonic() + self._create_deadline))
+                except grpc.RpcError as e:
+                    err = EntroKvError.from_rpc(e, "CloseSession: ")
+                    if not self._offline_when_unavailable:
+                        raise err from None
+                    if err.code == grpc.StatusCode.NOT_FOUND:
+                        pass
+                    elif err.code in SERVER_SIDE:
+                        self._counters.unconfirmed_closes += 1
+                    else:
+                        raise err from None
+        finally:
+            if self._stream is not None:
+                self._stream.cancel()
+                self._stream = None
+
+    def __enter__(self) -> "Session":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    def __del__(self) -> None:
+        stream = getattr(self, "_stream", None)
+        if stream is not None:
+            try:
+                stream.cancel()
+            except Exception:
+                pass
+
+    # -- Internals ----------------------------------------------------------------
+
+    def _validate(self, slot_ids: List[int], pinned: List[bool], keys, kkind,
+                  queries, entropy, logits) -> Tuple[float, bool]:
+        n = len(slot_ids)
+        shape = self._config.shape
+        key_elements = shape.full_key_elements()
+        query_elements = shape.full_query_elements()
+        if keys.size != n * key_elements:
+            raise invalid(f"append.keys: {keys.size} elements, expected {n} "
+                          f"entries x {key_elements} (layers x kv_heads x head_dim)")
+        decides = self.next_step_decides(n)
+        if queries.size != query_elements and (decides or queries.size != 0):
+            suffix = (" on a decision step"
+                      if decides and self._config.decide_every > 1 else "")
+            raise invalid(f"queries: {queries.size} elements, expected "
+                          f"{query_elements} (layers x q_heads x head_dim){suffix}")
+        if not decides:
+            self._live.check_append(slot_ids, pinned)
+            return 0.0, False
+        self._live.check_append(slot_ids, pinned)
+        has_logits = logits is not None and as_vector(logits, "logits")[0].size > 0
+        if entropy is not None and has_logits:
+            raise invalid("entropy: give the entropy or the logits, not both")
+        if entropy is not None:
+            h = float(entropy)
+            if not math.isfinite(h):
+                raise invalid("entropy: not finite")
+            if h < 0.0:
+                raise invalid(f"entropy: {'%.6g' % h} is negative")
+            return h, True
+        if has_logits:
+            try:
+                return entropy_of_logits(logits), True
+            except EntroKvError as e:
+                raise invalid(f"logits: {e.message}") from None
+        if policy_needs_entropy(self._config):
+            raise invalid(f"entropy: policy {self._config.policy} reads the "
+                          "entropy; give it or the logits")
+        return 0.0, False
+
+    def _prepare(self, slot_ids, keys, queries, entropy, logits, pinned, out) -> None:
+        try:
+            ids = _slot_list(slot_ids)
+            flags = _pinned_list(pinned)
+            k, kkind = as_vector(keys, "append.keys")
+            q, qkind = as_vector(queries, "queries")
+            h, has_entropy = self._validate(ids, flags, k, kkind, q, entropy, logits)
+        except EntroKvError:
+            self._counters.rejected_steps += 1
+            raise
+        step = self._next_step
+        if out is not None:
+            out.session_id = self._id
+            out.step = step
+            out.append.slot_ids.extend(ids)
+            if flags:
+                out.append.pinned.extend(flags)
+            wire = self._config.shape.element_type
+            decides = self.next_step_decides(len(ids))
+            if self._sketcher.identity:
+                out.append.keys = convert(k, kkind, wire).tobytes()
+                if decides:
+                    out.queries = convert(q, qkind, wire).tobytes()
+            else:
+                sk = self._sketcher.keys(to_float32(k, kkind), len(ids))
+                out.append.keys = convert(sk, "f32", wire).tobytes()
+                if decides:
+                    sq = self._sketcher.queries(to_float32(q, qkind))
+                    out.queries = convert(sq, "f32", wire).tobytes()
+            if not decides:
+                pass  # A step that decides nothing carries no queries, no entropy.
+            elif logits is not None and has_entropy and entropy is None \
+                    and not self._entropy_on_client:
+                lv, lkind = as_vector(logits, "logits")
+                out.logits.values.extend(to_float32(lv, lkind).tolist())
+            elif has_entropy:
+                out.entropy = h
+        self._live.append(ids, flags)
+        self._in_flight.append(_Pending(step, ids, time.monotonic(), h, out is None))
+        self._next_step += 1
+
+    def _degrade(self, why: EntroKvError) -> None:
+        if self._degraded:
+            return
+        self._degraded = True
+        self._degraded_reason = why
+        if self._stream is not None:
+            self._stream.cancel()
+
+    def _fallback(self, pending: _Pending, cause: str) -> StepOutcome:
+        evicted = self._live.streaming_evictions(self._rule)
+        self._live.remove(evicted)
+        c = self._counters
+        c.steps += 1
+        c.fallback_steps += 1
+        setattr(c, "fallback_" + cause, getattr(c, "fallback_" + cause) + 1)
+        c.evicted_by_fallback += len(evicted)
+        return StepOutcome(step=pending.step, evicted=evicted, live=len(self._live),
+                           budget=self._rule.budget, entropy=pending.entropy,
+                           fallback=True,
+                           latency=time.monotonic() - pending.sent)
+
+    def _finish(self, pending: _Pending, result) -> StepOutcome:
+        if result.HasField("status") and result.status.code != 0:
+            # The server left the session unchanged: forget the step's
+            # entries and let the next step take its number again.
+            self._live.remove(pending.slot_ids)
+            self._next_step = min(self._next_step, pending.step)
+            self._counters.rejected_steps += 1
+            raise EntroKvError(code_of(result.status.code), result.status.message)
+        evicted = list(result.evicted)
+        self._live.remove(evicted)
+        c = self._counters
+        c.steps += 1
+        c.server_steps += 1
+        c.evicted_by_server += len(evicted)
+        return StepOutcome(step=pending.step, evicted=evicted, live=result.live,
+                           budget=result.budget, entropy=result.entropy,
+                           deferred=result.deferred,
+                           latency=time.monotonic() - pending.sent,
+                           server_compute=result.compute_ns / 1e9)
+
+
+# --- Client --------------------------------------------------------------------
+
+
+class Client:
+    """One gRPC channel to an entrokv server; creates and manages sessions.
+
+    target: any gRPC target ("127.0.0.1:50051", "unix:/run/entrokv/entrokv.sock");
+        default $ENTROKV_TARGET, else "unix:/run/entrokv/entrokv.sock".
+    step_deadline: per-step deadline in seconds for the sessions it creates;
+        default $ENTROKV_STEP_DEADLINE_MS / 1000, else 0.1.
+    create_deadline: the most create_session (RPC + attach), attach and
+        Session.close wait, in seconds (default 0.2).
+    rpc_deadline: get_session, list_sessions and close_session (default 5).
+    Constructing it does not contact the server.
+    """
+
+    def __init__(self, target: Optional[str] = None, *,
+                 step_deadline: Optional[float] = None,
+                 create_deadline: Optional[float] = None,
+                 rpc_deadline: float = 5.0,
+                 max_message_bytes: int = 64 << 20,
+                 reconnect_initial_backoff: float = 0.1,
+                 reconnect_max_backoff: float = 1.0,
+                 connect_timeout: float = 1.0) -> None:
+        self.target = target if target is not None else _env_target()
+        if not self.target:
+            raise invalid("target: empty")
+        self.step_deadline = (step_deadline if step_deadline is not None
+                              else _env_step_deadline())
+        self.create_deadline = (create_deadline if create_deadline is not None
+                                else DEFAULT_CREATE_DEADLINE)
+        for name, v in (("step_deadline", self.step_deadline),
+                        ("create_deadline", self.create_deadline),
+                        ("rpc_deadline", rpc_deadline)):
+            if not v > 0:
+                raise invalid(f"{name}: {v} is not positive")
+        if not (reconnect_initial_backoff > 0 and reconnect_max_backoff > 0
+                and connect_timeout > 0):
+            raise invalid("reconnect: backoffs and connect_timeout must be positive")
+        if reconnect_max_backoff < reconnect_initial_backoff:
+            raise invalid("reconnect_max_backoff: below reconnect_initial_backoff")
+        self.rpc_deadline = rpc_deadline
+        self._channel = grpc.insecure_channel(self.target, options=[
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.initial_reconnect_backoff_ms", int(reconnect_initial_backoff * 1000)),
+            ("grpc.max_reconnect_backoff_ms", int(reconnect_max_backoff * 1000)),
+            ("grpc.min_reconnect_backoff_ms", int(connect_timeout * 1000)),
+        ])
+        self._stub = pb2_grpc.EntroKvStub(self._channel)
+        self._lock = threading.Lock()
+        self._all_counters: List[SessionCounters] = []
+
+    def _register(self, counters: SessionCounters) -> None:
+        with self._lock:
+            self._all_counters.append(counters)
+
+    def counters(self) -> SessionCounters:
+        """The sum of the counters of every session this client made."""
+        total = SessionCounters()
+        with self._lock:
+            for c in self._all_counters:
+                total += c
+        return total
+
+    def close(self) -> None:
+        """Closes the channel (sessions' streams end with it)."""
+        self._channel.close()
+
+    def __enter__(self) -> "Client":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.close()
+
+    # -- Sessions ---------------------------------------------------------------
+
+    def create_session(self, config: Union[SessionConfig, str, None] = None, *,
+                       session_id: str = "",
+                       step_deadline: Optional[float] = None,
+                       create_deadline: Optional[float] = None,
+                       first_step: int = 0,
+                       offline_when_unavailable: bool = True,
+                       entropy_on_client: bool = True,
+                       projection: Any = None,
+                       **config_fields: Any) -> Session:
+        """Creates a server session and attaches a Decode stream to it.
+
+        config: a SessionConfig, a policy name ("window", "h2o+entropy",
+            "entropy", ...) or None (every default); `config_fields` set
+            SessionConfig fields on top (e.g. budget=64, shape=Shape(...)).
+        projection: the engine's own sketch matrices (sketched sessions), one
+            head_dim x r matrix per (sent layer, kv head), layer-major.
+        Raises EntroKvError for the caller's errors (INVALID_ARGUMENT naming a
+        bad config field, ALREADY_EXISTS, FAILED_PRECONDITION, ...). Other
+        failures give an offline session unless offline_when_unavailable=False.
+        """
+        if isinstance(config, str):
+            cfg = SessionConfig.for_policy(config, **config_fields)
+        elif config is None:
+            cfg = SessionConfig(**config_fields)
+        else:
+            cfg = config.copy()
+            for k, v in config_fields.items():
+                setattr(cfg, k, v)
+        validate_config(cfg)
+        sketcher = Sketcher(cfg, projection)  # A bad projection is the caller's.
+        step_deadline = self.step_deadline if step_deadline is None else step_deadline
+        create_deadline = (self.create_deadline if create_deadline is None
+                           else create_deadline)
+        deadline = time.monotonic() + create_deadline
+
+        def offline(why: EntroKvError) -> Session:
+            if not offline_when_unavailable:
+                raise why
+            return Session(client=self, session_id="", config=cfg,
+                           step_deadline=step_deadline,
+                           create_deadline=create_deadline, first_step=first_step,
+                           steps_done=0,
+                           offline_when_unavailable=offline_when_unavailable,
+                           entropy_on_client=entropy_on_client, sketcher=sketcher,
+                           stream=None, offline_reason=why)
+
+        request = pb2.CreateSessionRequest(config=_config.to_proto(cfg, pb2),
+                                           session_id=session_id)
+        try:
+            response = self._stub.CreateSession(request, timeout=_timeout(deadline))
+        except grpc.RpcError as e:
+            err = EntroKvError.from_rpc(e, "CreateSession: ")
+            if err.code not in SERVER_SIDE:
+                raise EntroKvError(err.code, e.details() or "") from None
+            return offline(err)
+        effective = (_config.from_proto(response.session.config, cfg)
+                     if response.session.HasField("config") else cfg)
+        stream = _Stream(self._stub)
+        try:
+            self._attach_on(stream, response.session_id, deadline)
+        except EntroKvError as e:
+            stream.cancel()
+            self._close_in_background(response.session_id)
+            return offline(EntroKvError(e.code, "attach: " + e.message))
+        return Session(client=self, session_id=response.session_id, config=effective,
+                       step_deadline=step_deadline, create_deadline=create_deadline,
+                       first_step=first_step, steps_done=0,
+                       offline_when_unavailable=offline_when_unavailable,
+                       entropy_on_client=entropy_on_client, sketcher=sketcher,
+                       stream=stream)
+
+    def attach(self, session_id: str, *, live_slots: Sequence[int] = (),
+               step_deadline: Optional[float] = None,
+               create_deadline: Optional[float] = None,
+               offline_when_unavailable: bool = True,
+               entropy_on_client: bool = True,
+               projection: Any = None) -> Session:
+        """Attaches to an existing session (e.g. after the engine's stream
+        broke). The next step is the server's last step + 1; `live_slots` are
+        the slots the engine still holds for it, in append order. Never fails
+        open. Raises EntroKvError (NOT_FOUND, FAILED_PRECONDITION, ...)."""
+        create_deadline = (self.create_deadline if create_deadline is None
+                           else create_deadline)
+        step_deadline = self.step_deadline if step_deadline is None else step_deadline
+        deadline = time.monotonic() + create_deadline
+        try:
+            got = self._stub.GetSession(pb2.GetSessionRequest(session_id=session_id),
+                                        timeout=_timeout(deadline))
+        except grpc.RpcError as e:
+            raise EntroKvError(e.code(), e.details() or "") from None
+        info = _info_from_proto(got.session)
+        first = info.stats.last_step + 1 if info.stats.last_step is not None else 0
+        sketcher = Sketcher(info.config, projection)
+        stream = _Stream(self._stub)
+        try:
+            self._attach_on(stream, session_id, deadline)
+        except EntroKvError:
+            stream.cancel()
+            raise
+        session = Session(client=self, session_id=session_id, config=info.config,
+                          step_deadline=step_deadline,
+                          create_deadline=create_deadline, first_step=first,
+                          steps_done=info.stats.steps,
+                          offline_when_unavailable=offline_when_unavailable,
+                          entropy_on_client=entropy_on_client, sketcher=sketcher,
+                          stream=stream)
+        session._first_step = first
+        session._steps_done = info.stats.steps
+        session._live.append(_slot_list(list(live_slots)), [])
+        return session
+
+    def get_session(self, session_id: str) -> SessionInfo:
+        """The session as the server describes it. Raises NOT_FOUND."""
+        try:
+            r = self._stub.GetSession(pb2.GetSessionRequest(session_id=session_id),
+                                      timeout=self.rpc_deadline)
+        except grpc.RpcError as e:
+            raise EntroKvError(e.code(), e.details() or "") from None
+        return _info_from_proto(r.session)
+
+    def list_sessions(self) -> Tuple[List[SessionInfo], ServerInfo]:
+        """Every session (ordered by id) and the server's usage and limits."""
+        try:
+            r = self._stub.ListSessions(pb2.ListSessionsRequest(),
+                                        timeout=self.rpc_deadline)
+        except grpc.RpcError as e:
+            raise EntroKvError(e.code(), e.details() or "") from None
+        s = r.server
+        server = ServerInfo(sessions=s.sessions, max_sessions=s.max_sessions,
+                            bytes_held=s.bytes_held, max_bytes=s.max_bytes,
+                            gpu_bytes_held=s.gpu_bytes_held,
+                            max_gpu_bytes=s.max_gpu_bytes,
+                            max_live_entries=s.max_live_entries,
+                            gpu_available=s.gpu_available)
+        return [_info_from_proto(m) for m in r.sessions], server
+
+    def close_session(self, session_id: str) -> SessionInfo:
+        """Closes a session by id and frees its state. Raises NOT_FOUND."""
+        try:
+            r = self._stub.CloseSession(pb2.CloseSessionRequest(session_id=session_id),
+                                        timeout=self.rpc_deadline)
+        except grpc.RpcError as e:
+            raise EntroKvError(e.code(), e.details() or "") from None
+        return _info_from_proto(r.session)
+
+    # -- Internals ----------------------------------------------------------------
+
+    @staticmethod
+    def _attach_on(stream: _Stream, session_id: str, deadline: float) -> None:
+        stream.send(pb2.DecodeRequest(attach=[session_id]))
+        response = stream.next(deadline)
+        if len(response.attach_results) != 1:
+            raise EntroKvError.internal(
+                f"entrokv: attach answered with {len(response.attach_results)} results")
+        status = response.attach_results[0].status
+        if status.code != 0:
+            raise EntroKvError(code_of(status.code), status.message)
+
+    def _close_in_background(self, session_id: str) -> None:
+        try:
+            self._stub.CloseSession.future(
+                pb2.CloseSessionRequest(session_id=session_id),
+                timeout=self.rpc_deadline)
+        except Exception:  # pragma: no cover - best effort
+            pass

@@ -1,0 +1,145 @@
+"""Vectors as an engine hands them over (numpy arrays or PyTorch tensors) and
+their conversion to a session's wire element type (client/src/vectors.cc).
+
+Accepted element types: float32 ("f32"), float16 ("f16"), bfloat16 ("bf16":
+a torch.bfloat16 tensor, a numpy uint16 array of bfloat16 bit patterns, or
+any array wrapped in `Bf16(...)`). float64 is rounded to float32 first.
+Arrays are read in C order whatever their shape: only the element count is
+checked, as C++ checks a span's size. Conversion is round-to-nearest-even,
+as core's element_type.cc; when the types agree the bytes are taken as they
+are (no conversion).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Tuple
+
+import numpy as np
+
+from .errors import invalid
+
+try:  # PyTorch is optional.
+    import torch as _torch  # type: ignore
+except Exception:  # pragma: no cover - depends on the machine
+    _torch = None
+
+
+class Bf16:
+    """Marks an array of uint16 (or int16) values as bfloat16 bit patterns."""
+
+    def __init__(self, bits: Any):
+        self.bits = bits
+
+
+class F16Bits:
+    """Marks an array of uint16 values as IEEE binary16 bit patterns."""
+
+    def __init__(self, bits: Any):
+        self.bits = bits
+
+
+_DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": np.dtype("<u2")}
+
+
+def _from_torch(x: Any, name: str) -> Tuple[np.ndarray, str]:
+    t = x.detach()
+    if t.device.type != "cpu":
+        t = t.cpu()
+    if t.dtype == _torch.bfloat16:
+        return t.contiguous().view(_torch.int16).numpy().view(np.uint16).reshape(-1), "bf16"
+    if t.dtype == _torch.float16:
+        return t.contiguous().numpy().reshape(-1), "f16"
+    if t.dtype == _torch.float32:
+        return t.contiguous().numpy().reshape(-1), "f32"
+    if t.dtype == _torch.float64:
+        return t.numpy().astype(np.float32).reshape(-1), "f32"
+    raise invalid(f"{name}: unsupported tensor dtype {t.dtype} "
+                  "(want float32, float16 or bfloat16)")
+
+
+def as_vector(x: Any, name: str) -> Tuple[np.ndarray, str]:
+    """(flat little-endian array, element type) of an engine's vector.
+    None or an empty sequence is an empty f32 vector."""
+    if x is None:
+        return np.zeros(0, np.float32), "f32"
+    if isinstance(x, Bf16):
+        a = np.ascontiguousarray(np.asarray(x.bits))
+        if a.dtype not in (np.uint16, np.int16):
+            raise invalid(f"{name}: Bf16 bits must be uint16, not {a.dtype}")
+        return a.view(np.uint16).reshape(-1), "bf16"
+    if isinstance(x, F16Bits):
+        a = np.ascontiguousarray(np.asarray(x.bits))
+        if a.dtype not in (np.uint16, np.int16):
+            raise invalid(f"{name}: F16Bits must be uint16, not {a.dtype}")
+        return a.view(np.float16).reshape(-1), "f16"
+    if _torch is not None and isinstance(x, _torch.Tensor):
+        return _from_torch(x, name)
+    a = np.asarray(x)
+    if a.size == 0:
+        return np.zeros(0, np.float32), "f32"
+    if a.dtype == np.float32:
+        kind = "f32"
+    elif a.dtype == np.float16:
+        kind = "f16"
+    elif a.dtype == np.uint16:
+        kind = "bf16"
+    elif a.dtype == np.float64:
+        a, kind = a.astype(np.float32), "f32"
+    else:
+        raise invalid(f"{name}: unsupported dtype {a.dtype} (want float32, "
+                      "float16, or uint16 bfloat16 bit patterns)")
+    a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
+    return a.reshape(-1), kind
+
+
+def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
+    return (bits.astype(np.uint32) << 16).view(np.float32)
+
+
+def f32_to_bf16(x: np.ndarray) -> np.ndarray:
+    """Round to nearest even; NaN stays a quiet NaN (element_type.cc)."""
+    u = np.ascontiguousarray(x, np.float32).view(np.uint32).astype(np.uint64)
+    rounded = ((u + 0x7FFF + ((u >> 16) & 1)) >> 16).astype(np.uint16)
+    nan = (u & 0x7FFFFFFF) > 0x7F800000
+    if nan.any():
+        rounded[nan] = ((u[nan] >> 16) | 0x40).astype(np.uint16)
+    return rounded
+
+
+def to_float32(a: np.ndarray, kind: str) -> np.ndarray:
+    if kind == "f32":
+        return a
+    if kind == "f16":
+        return a.astype(np.float32)
+    return bf16_to_f32(a)
+
+
+def convert(a: np.ndarray, kind: str, target: str) -> np.ndarray:
+    """`a` (of element type `kind`) as `target` elements, little-endian."""
+    if kind == target:
+        return a
+    f = to_float32(a, kind)
+    if target == "f32":
+        return f
+    if target == "f16":
+        return f.astype(np.float16)
+    return f32_to_bf16(f)
+
+
+def entropy_of_logits(logits: Any) -> float:
+    """H(softmax(logits)) in nats, with a stable log-sum-exp, as C++'s
+    EntropyFromLogits (equal to float rounding: numpy's exp and summation
+    order are not glibc's). Raises INVALID_ARGUMENT naming `logits`."""
+    a, kind = as_vector(logits, "logits")
+    x = to_float32(a, kind).astype(np.float64)
+    if x.size == 0:
+        raise invalid("logits: empty")
+    finite = np.isfinite(x)
+    if not finite.all():
+        raise invalid(f"logits: non-finite value at index {int(np.argmin(finite))}")
+    x = x - x.max()
+    e = np.exp(x)
+    z = float(e.sum())
+    h = math.log(z) - float((e * x).sum()) / z
+    return h if h > 0.0 else 0.0
