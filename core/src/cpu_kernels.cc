@@ -12,6 +12,10 @@
 
 #include "cpu_kernels_simd.h"
 
+#if defined(__x86_64__)
+#include <cpuid.h>
+#endif
+
 namespace entrokv::internal {
 namespace {
 
@@ -73,18 +77,23 @@ void ScoreKeysScalar(const ScoreArgs& a) {
 
 #if defined(__x86_64__)
 
+// CPUID.1:ECX.F16C; clang before 16 has no "f16c" for __builtin_cpu_supports.
+bool HaveF16c() {
+  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+}
+
 bool HaveAvx512() {
-  static const bool have =
-      __builtin_cpu_supports("avx512f") && __builtin_cpu_supports("avx512bw") &&
-      __builtin_cpu_supports("avx512vl") && __builtin_cpu_supports("f16c") &&
-      __builtin_cpu_supports("fma");
+  static const bool have = __builtin_cpu_supports("avx512f") &&
+                           __builtin_cpu_supports("avx512bw") &&
+                           __builtin_cpu_supports("avx512vl") && HaveF16c() &&
+                           __builtin_cpu_supports("fma");
   return have;
 }
 
 bool HaveAvx2() {
   static const bool have = __builtin_cpu_supports("avx2") &&
-                           __builtin_cpu_supports("fma") &&
-                           __builtin_cpu_supports("f16c");
+                           __builtin_cpu_supports("fma") && HaveF16c();
   return have;
 }
 

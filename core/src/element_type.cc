@@ -4,6 +4,7 @@
 #include <cstring>
 
 #if defined(__x86_64__)
+#include <cpuid.h>
 #include <immintrin.h>
 #endif
 
@@ -28,9 +29,13 @@ __attribute__((target("avx,f16c"))) void DecodeF16F16c(const std::byte* src,
   }
 }
 
+// CPUID.1:ECX.F16C; clang before 16 has no "f16c" for __builtin_cpu_supports.
 bool HaveF16c() {
-  static const bool have =
-      __builtin_cpu_supports("avx") && __builtin_cpu_supports("f16c");
+  static const bool have = [] {
+    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
+    return __builtin_cpu_supports("avx") &&
+           __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
+  }();
   return have;
 }
 #endif
