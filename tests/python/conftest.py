@@ -1,0 +1,109 @@
+"""Fixtures of the Python client's tests: the package (generated stubs in a
+temporary copy, or the installed one with ENTROKV_PYTHON_INSTALLED=1) and a
+real entrokv-server on a unix socket under a temporary directory.
+
+The server binary: $ENTROKV_SERVER_BINARY, else $ENTROKV_BUILD_DIR/server/
+entrokv-server, else build/server/entrokv-server. run.sh skips (exit 0) when
+it is missing; run directly, the tests that need it are skipped.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import time
+
+import pytest
+
+REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PKG_DIR = os.path.join(REPO, "client", "python")
+
+
+def _prepare_package() -> None:
+    if os.environ.get("ENTROKV_PYTHON_INSTALLED") == "1":
+        return
+    root = tempfile.mkdtemp(prefix="entrokv-py-")
+    shutil.copytree(os.path.join(PKG_DIR, "src", "entrokv"),
+                    os.path.join(root, "entrokv"),
+                    ignore=shutil.ignore_patterns("v1", "__pycache__"))
+    sys.path.insert(0, PKG_DIR)
+    import gen_stubs  # noqa: E402
+    sys.path.remove(PKG_DIR)
+    gen_stubs.generate(root, os.path.join(REPO, "proto"))
+    sys.path.insert(0, root)
+
+
+_prepare_package()
+
+
+def server_binary() -> str:
+    env = os.environ.get("ENTROKV_SERVER_BINARY")
+    if env:
+        return env
+    build = os.environ.get("ENTROKV_BUILD_DIR", os.path.join(REPO, "build"))
+    if not os.path.isabs(build):
+        build = os.path.join(REPO, build)
+    return os.path.join(build, "server", "entrokv-server")
+
+
+class Server:
+    """A running entrokv-server; `target` is its unix socket."""
+
+    def __init__(self, extra_flags=()):
+        binary = server_binary()
+        if not os.access(binary, os.X_OK):
+            pytest.skip(f"no entrokv-server at {binary} (build it first)")
+        self.dir = tempfile.mkdtemp(prefix="entrokv-srv-")
+        self.socket = os.path.join(self.dir, "s.sock")
+        self.target = "unix:" + self.socket
+        self.log = open(os.path.join(self.dir, "server.log"), "w")
+        self.proc = subprocess.Popen(
+            [binary, f"--listen={self.target}", "--gpu=false",
+             "--log_level=warn", *extra_flags],
+            stdout=self.log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 20
+        while not os.path.exists(self.socket):
+            if self.proc.poll() is not None or time.monotonic() > deadline:
+                self.stop()
+                pytest.fail("entrokv-server did not start: " +
+                            open(os.path.join(self.dir, "server.log")).read())
+            time.sleep(0.02)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGCONT)
+            self.proc.terminate()
+            try:
+                self.proc.wait(timeout=15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait()
+        self.log.close()
+        shutil.rmtree(self.dir, ignore_errors=True)
+
+
+@pytest.fixture(scope="session")
+def server():
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture()
+def own_server():
+    """A server of the test's own (for tests that stall or stop it)."""
+    s = Server()
+    yield s
+    s.stop()
+
+
+@pytest.fixture()
+def client(server):
+    import entrokv
+    c = entrokv.Client(server.target, step_deadline=5.0, create_deadline=5.0)
+    yield c
+    c.close()
