@@ -73,6 +73,19 @@ class Server:
                             open(os.path.join(self.dir, "server.log")).read())
             time.sleep(0.02)
 
+    def pause(self) -> None:
+        """SIGSTOP, returning once every thread has stopped."""
+        self.proc.send_signal(signal.SIGSTOP)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            with open(f"/proc/{self.proc.pid}/stat") as f:
+                if f.read().rsplit(")", 1)[1].split()[0] == "T":
+                    return
+            time.sleep(0.005)
+
+    def resume(self) -> None:
+        self.proc.send_signal(signal.SIGCONT)
+
     def stop(self) -> None:
         if self.proc.poll() is None:
             self.proc.send_signal(signal.SIGCONT)

@@ -5,7 +5,6 @@ cause, and offline sessions when the server is unreachable at creation."""
 from __future__ import annotations
 
 import os
-import signal
 import tempfile
 import time
 
@@ -48,7 +47,7 @@ def test_deadline_fallback_against_stalled_server(own_server):
     for t in range(6):
         assert not s.step([t], k(t), q()).fallback
     assert s.live_slots() == [1, 2, 3, 4, 5]
-    os.kill(own_server.proc.pid, signal.SIGSTOP)
+    own_server.pause()
     try:
         start = time.monotonic()
         o = s.step([6], k(6), q())
@@ -62,7 +61,7 @@ def test_deadline_fallback_against_stalled_server(own_server):
         assert o2.fallback and o2.evicted == [3, 4] and o2.live == 5
         assert o2.latency < 0.1  # Degraded: no waiting on the server.
     finally:
-        os.kill(own_server.proc.pid, signal.SIGCONT)
+        own_server.resume()
     o3 = s.step([9], k(9), q())
     assert o3.fallback and o3.evicted == [5] and s.live_slots() == [1, 6, 7, 8, 9]
     cn = s.counters()
@@ -143,13 +142,14 @@ def test_offline_session_without_server():
 def test_close_unconfirmed_when_server_stalls(own_server):
     c = entrokv.Client(own_server.target, step_deadline=0.2, create_deadline=5.0)
     s = c.create_session("window", budget=2, shape=SHAPE, create_deadline=0.3)
-    os.kill(own_server.proc.pid, signal.SIGSTOP)
+    assert not s.offline, s.degraded_reason
+    own_server.pause()
     try:
         start = time.monotonic()
         s.close()
         assert time.monotonic() - start < 2.0
     finally:
-        os.kill(own_server.proc.pid, signal.SIGCONT)
+        own_server.resume()
     assert s.counters().unconfirmed_closes == 1
 
 
