@@ -9,6 +9,7 @@ packages=(
   libabsl-dev libspdlog-dev libfmt-dev
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 python3-numpy gnuplot-nox
+  python3-grpcio python3-protobuf python3-pytest python3-setuptools python3-pip
 )
 
 missing=()

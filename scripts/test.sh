@@ -13,3 +13,4 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DENTROKV_BUILD_TESTS=ON -DENTROKV_BUILD_BENCH=OFF
 cmake --build "$build" -j "$jobs"
 ctest --test-dir "$build" --output-on-failure -j "$jobs" --timeout 600
+tests/python/run.sh "$build"  # The Python client against the built server.
