@@ -15,15 +15,16 @@ from .config import (AffinityParams, EntropyBudgetParams, Protection,
                      SessionConfig, Shape, apply_policy_name,
                      default_scored_layers, policy_needs_entropy,
                      validate_config)
-from .client import (Client, ServerInfo, Session, SessionCounters, SessionInfo,
-                     SessionStats, StepOutcome)
+from .client import (BatchStep, Client, DecodeBatch, ServerInfo, Session,
+                     SessionCounters, SessionInfo, SessionStats, StepOutcome)
 from .errors import EntroKvError
 from .live_set import LiveSet, StreamingRule
 from .sketch import Sketcher, default_projection, splitmix64
 from .vectors import Bf16, F16Bits, entropy_of_logits
 
 __all__ = [
-    "AffinityParams", "Bf16", "Client", "EntroKvError", "EntropyBudgetParams",
+    "AffinityParams", "BatchStep", "Bf16", "Client", "DecodeBatch",
+    "EntroKvError", "EntropyBudgetParams",
     "F16Bits", "LiveSet", "Protection", "ServerInfo", "Session", "SessionConfig",
     "SessionCounters", "SessionInfo", "SessionStats", "Shape", "Sketcher",
     "StepOutcome", "StreamingRule", "apply_policy_name", "default_projection",

@@ -289,6 +289,7 @@ class Session:
         self._counters = SessionCounters()
         client._register(self._counters)
         self._closed = False
+        self._batch: Optional["DecodeBatch"] = None  # Steps only through it.
         self._offline = offline_reason is not None
         self._degraded = self._offline
         self._degraded_reason: Optional[EntroKvError] = offline_reason
@@ -401,6 +402,10 @@ class Session:
         """Sends a step without waiting (at most two in flight)."""
         if self._closed:
             raise failed_precondition("entrokv: the session is closed")
+        if self._batch is not None:
+            raise failed_precondition(
+                "entrokv: this session belongs to a DecodeBatch; step it with "
+                "DecodeBatch.step")
         if len(self._in_flight) >= 2:
             raise failed_precondition(
                 "entrokv: two steps in flight already; Collect() first")
@@ -569,6 +574,40 @@ class Session:
         self._in_flight.append(_Pending(step, ids, time.monotonic(), h, out is None))
         self._next_step += 1
 
+    def _prepare_batched(self, step: "BatchStep", out) -> bool:
+        """Validates and records a batch entry; fills `out` unless degraded.
+        Returns whether it was sent. Raises on the entry's own error."""
+        if self._closed:
+            raise failed_precondition("entrokv: the session is closed")
+        if self._in_flight:
+            raise failed_precondition(
+                "entrokv: a step of this session is already in flight")
+        send = not self._degraded
+        self._prepare(step.slot_ids, step.keys, step.queries, step.entropy,
+                      step.logits, step.pinned, out if send else None)
+        if send:
+            self._counters.bytes_sent += out.ByteSize()
+        return send
+
+    def _collect_batched(self, response, error: Optional[EntroKvError],
+                         index: int) -> StepOutcome:
+        pending = self._in_flight.popleft()
+        if pending.local:
+            return self._fallback(pending, "unavailable" if self._offline else "degraded")
+        if error is not None:
+            self._degrade(error)
+            cause = ("deadline" if error.code == grpc.StatusCode.DEADLINE_EXCEEDED
+                     else "unavailable")
+            return self._fallback(pending, cause)
+        if (index < 0 or index >= len(response.results)
+                or response.results[index].session_id != self._id):
+            self._degrade(EntroKvError.internal(
+                "entrokv: a batch response without this session's result"))
+            return self._fallback(pending, "unavailable")
+        result = response.results[index]
+        self._counters.bytes_received += result.ByteSize()
+        return self._finish(pending, result)
+
     def _degrade(self, why: EntroKvError) -> None:
         if self._degraded:
             return
@@ -696,6 +735,7 @@ class Client:
                        offline_when_unavailable: bool = True,
                        entropy_on_client: bool = True,
                        projection: Any = None,
+                       _batch: Optional["DecodeBatch"] = None,
                        **config_fields: Any) -> Session:
         """Creates a server session and attaches a Decode stream to it.
 
@@ -745,11 +785,16 @@ class Client:
             return offline(err)
         effective = (_config.from_proto(response.session.config, cfg)
                      if response.session.HasField("config") else cfg)
-        stream = _Stream(self._stub)
+        stream = _Stream(self._stub) if _batch is None else _batch._stream
         try:
+            if _batch is not None and _batch._broken is not None:
+                raise _batch._broken
             self._attach_on(stream, response.session_id, deadline)
         except EntroKvError as e:
-            stream.cancel()
+            if _batch is None:
+                stream.cancel()
+            else:
+                _batch._break(e)
             self._close_in_background(response.session_id)
             return offline(EntroKvError(e.code, "attach: " + e.message))
         return Session(client=self, session_id=response.session_id, config=effective,
@@ -757,7 +802,13 @@ class Client:
                        first_step=first_step, steps_done=0,
                        offline_when_unavailable=offline_when_unavailable,
                        entropy_on_client=entropy_on_client, sketcher=sketcher,
-                       stream=stream)
+                       stream=stream if _batch is None else None)
+
+    def create_batch(self) -> "DecodeBatch":
+        """A batch of sessions that step together: one message (one round
+        trip) per decode iteration, whatever the batch size. Opens its
+        stream; does not wait for the server."""
+        return DecodeBatch(self)
 
     def attach(self, session_id: str, *, live_slots: Sequence[int] = (),
                step_deadline: Optional[float] = None,
@@ -853,3 +904,108 @@ class Client:
                 timeout=self.rpc_deadline)
         except Exception:  # pragma: no cover - best effort
             pass
+
+
+# --- DecodeBatch ---------------------------------------------------------------
+
+
+@dataclass
+class BatchStep:
+    """One session's step in a DecodeBatch.step call (the arguments of
+    Session.step)."""
+
+    session: Session
+    slot_ids: Any
+    keys: Any
+    queries: Any = None
+    entropy: Optional[float] = None
+    logits: Any = None
+    pinned: Any = None
+
+
+class DecodeBatch:
+    """The steps of many sessions in one Decode message (batch.h).
+
+    Sessions created through it are attached to its stream and step only
+    through ``step()``; close(), counters() and live_slots() work as usual.
+    Each entry is validated and fails on its own; the deadline of a message
+    is the smallest step_deadline of the sessions in it. When it passes or
+    the stream breaks, every session in the message decides locally and is
+    degraded from then on (they share the stream, which is then ended). One
+    message carries at most the server's --max_steps_per_message steps
+    (1024 by default): split larger decode batches over several batches.
+    Used by one thread at a time.
+    """
+
+    def __init__(self, client: Client) -> None:
+        self._client = client
+        self._stream = _Stream(client._stub)
+        self._broken: Optional[EntroKvError] = None
+
+    def _break(self, why: EntroKvError) -> None:
+        if self._broken is None:
+            self._broken = why
+            self._stream.cancel()
+
+    def create_session(self, config: Union[SessionConfig, str, None] = None,
+                       **kwargs: Any) -> Session:
+        """As Client.create_session, the session attached to this batch's
+        stream (an unreachable server gives an offline session)."""
+        session = self._client.create_session(config, _batch=self, **kwargs)
+        session._batch = self
+        return session
+
+    def step(self, steps: Sequence[BatchStep]) -> List[Union[StepOutcome, EntroKvError]]:
+        """Sends one step per entry (each session at most once) in one
+        message; returns, in order, each step's outcome or its error."""
+        out: List[Union[StepOutcome, EntroKvError]] = [
+            EntroKvError.internal("entrokv: not stepped")] * len(steps)
+        message = pb2.DecodeRequest()
+        index = [-1] * len(steps)
+        prepared = [False] * len(steps)
+        seen = set()
+        deadline = math.inf
+        for i, st in enumerate(steps):
+            session = st.session
+            if not isinstance(session, Session) or session._batch is not self:
+                out[i] = invalid(f"steps[{i}].session: not a session of this DecodeBatch")
+                continue
+            if id(session) in seen:
+                out[i] = invalid(f"steps[{i}].session: appears twice in the batch")
+                continue
+            seen.add(id(session))
+            wire = message.steps.add()
+            try:
+                sent = session._prepare_batched(st, wire)
+            except EntroKvError as e:
+                del message.steps[-1]
+                out[i] = e
+                continue
+            if not sent:
+                del message.steps[-1]
+            prepared[i] = True
+            if sent:
+                index[i] = len(message.steps) - 1
+                deadline = min(deadline, session._step_deadline)
+        response, error = None, None
+        if len(message.steps) > 0:
+            until = time.monotonic() + deadline
+            if self._broken is not None:
+                error = self._broken
+            else:
+                self._stream.send(message)
+                try:
+                    response = self._stream.next(until)
+                except EntroKvError as e:
+                    error = e
+                    self._break(e)
+        else:
+            error = EntroKvError(grpc.StatusCode.UNAVAILABLE, "entrokv: nothing was sent")
+        for i, st in enumerate(steps):
+            if not prepared[i]:
+                continue
+            try:
+                out[i] = st.session._collect_batched(response, error, index[i])
+            except EntroKvError as e:
+                out[i] = e
+        return out
