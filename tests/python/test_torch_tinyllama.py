@@ -1,0 +1,109 @@
+"""Cross-language conformance of the PyTorch engine
+(client/examples/torch_tinyllama, through the Python client and a real server)
+with the C++ engine (client/examples/tinyllama, core deciding in process):
+the same tokens, teacher-forced NLL equal within float tolerance, and the same
+eviction sequence (for every position, the first position that no longer
+attends it) for window and streaming, whose rankings do not depend on float
+rounding (and, as observed, for entropy too on these stories).
+
+Skipped without torch (Debian: python3-torch), without the TinyStories data
+(../shared/data/tinystories or $ENTROKV_DATA), or without the build tree's
+libentrokv_tinyllama.a and g++ to build the C++ reference."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+import pytest
+
+torch = pytest.importorskip("torch")
+
+import entrokv  # noqa: E402
+
+from conftest import REPO  # noqa: E402
+
+sys.path.insert(0, os.path.join(REPO, "client", "examples", "torch_tinyllama"))
+import tinyllama as tl  # noqa: E402
+
+STORIES = 3
+MAX_TOKENS = 160
+BUDGET = 32
+
+ABSL = ["absl_status", "absl_statusor", "absl_strings", "absl_str_format",
+        "absl_flat_hash_set", "absl_flat_hash_map", "absl_hash", "absl_raw_hash_set"]
+
+
+@pytest.fixture(scope="module")
+def data():
+    d = tl.data_dir()
+    if not os.path.exists(os.path.join(d, "stories260K.bin")):
+        pytest.skip(f"no TinyStories data at {d}")
+    model = tl.Model(os.path.join(d, "stories260K.bin"))
+    tok = tl.Tokenizer(os.path.join(d, "tok512.bin"), model.c.vocab_size)
+    return d, model, tok
+
+
+@pytest.fixture(scope="module")
+def cpp_reference():
+    build = os.environ.get("ENTROKV_BUILD_DIR", os.path.join(REPO, "build"))
+    libs = [os.path.join(build, "client/examples/tinyllama/libentrokv_tinyllama.a"),
+            os.path.join(build, "core/libentrokv_core.a")]
+    cxx = shutil.which("g++")
+    if cxx is None or not all(os.path.exists(p) for p in libs):
+        pytest.skip("no g++ or no built tinyllama/core libraries for the C++ reference")
+    absl = subprocess.run(["pkg-config", "--libs", *ABSL], check=True,
+                          capture_output=True, text=True).stdout.split()
+    out = os.path.join(tempfile.mkdtemp(), "tinyllama_ref")
+    cmd = [cxx, "-std=c++20", "-O2", f"-I{REPO}/core/include",
+           f"-I{REPO}/client/examples",
+           os.path.join(REPO, "tests/python/cpp/tinyllama_ref.cc"), *libs, *absl,
+           "-o", out]
+    # A core built with CUDA needs the CUDA runtime as well.
+    cuda = ["-L/usr/local/cuda/lib64", "-lcudart_static", "-ldl", "-lrt", "-lpthread"]
+    if subprocess.run(cmd, capture_output=True).returncode != 0:
+        subprocess.run(cmd + cuda, check=True, capture_output=True)
+    return out
+
+
+def run_reference(binary, d, policy):
+    lines = subprocess.run([binary, d, policy, str(BUDGET), str(STORIES), str(MAX_TOKENS)],
+                           check=True, capture_output=True, text=True).stdout.splitlines()
+    stories = []
+    for i in range(0, len(lines), 3):
+        stories.append(dict(tokens=[int(x) for x in lines[i].split()[1:]],
+                            nll=float(lines[i + 1].split()[1]),
+                            live_sum=int(lines[i + 1].split()[2]),
+                            evicted_at=[int(x) for x in lines[i + 2].split()[1:]]))
+    return stories
+
+
+@pytest.mark.parametrize("policy", ["full", "window", "streaming", "entropy"])
+def test_torch_engine_matches_cpp_engine(server, data, cpp_reference, policy):
+    d, model, tok = data
+    ref = run_reference(cpp_reference, d, policy)
+    client = entrokv.Client(server.target, step_deadline=5.0, create_deadline=5.0)
+    shape = entrokv.Shape(layers=model.c.layers, kv_heads=model.c.kv_heads,
+                          q_heads=model.c.heads, head_dim=model.c.head_dim,
+                          element_type="f32")
+    stories = tl.load_stories(os.path.join(d, "tinystories_valid_head.txt"), STORIES)
+    assert len(stories) == len(ref) == STORIES
+    for story, r in zip(stories, ref):
+        tokens = tok.encode(story)[:MAX_TOKENS]
+        assert tokens == r["tokens"]
+        session = None
+        if policy != "full":
+            session = client.create_session(policy, budget=BUDGET, shape=shape,
+                                             placement="cpu")
+        got = tl.evaluate(model, tokens, session)
+        if session is not None:
+            session.close()
+        assert got.nll_sum == pytest.approx(r["nll"], rel=1e-6, abs=1e-4)
+        assert got.live_sum == r["live_sum"]
+        if policy != "entropy":  # Rankings independent of float rounding.
+            assert got.evicted_at == r["evicted_at"]
+        assert got.fallback_steps == 0
+    client.close()
