@@ -20,4 +20,8 @@ if ! "$python" -c "import grpc, google.protobuf, numpy, pytest" 2>/dev/null; the
 fi
 export ENTROKV_SERVER_BINARY="$(cd "$(dirname "$binary")" && pwd)/$(basename "$binary")"
 export ENTROKV_BUILD_DIR="$(cd "$build" && pwd)"
-exec "$python" -m pytest -q -p no:cacheprovider tests/python "$@"
+paths=(tests/python)
+for arg in "$@"; do
+  case "$arg" in tests/*) paths=() ;; esac
+done
+exec "$python" -m pytest -q -p no:cacheprovider "${paths[@]}" "$@"

@@ -4,7 +4,6 @@ cause, and offline sessions when the server is unreachable at creation."""
 
 from __future__ import annotations
 
-import os
 import tempfile
 import time
 

@@ -36,7 +36,7 @@ import queue
 import threading
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Deque, Dict, List, Optional, Sequence, Tuple, Union
+from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 
 import grpc
 import numpy as np
