@@ -108,7 +108,7 @@ class SyncDecodeStream final : public DecodeStream {
   ~SyncDecodeStream() override {
     if (!finished_) {
       context_.TryCancel();
-      (void)stream_->Finish();
+      (void)DrainAndFinish();
     }
   }
 
@@ -145,14 +145,28 @@ class SyncDecodeStream final : public DecodeStream {
       final_status_ = absl::DeadlineExceededError(
           "entrokv: no step result before the step deadline");
     }
-    const grpc::Status status = stream_->Finish();
-    finished_ = true;
+    const grpc::Status status = DrainAndFinish();
     if (!deadline_fired) {
       final_status_ =
           status.ok()
               ? absl::UnavailableError("entrokv: the Decode stream ended")
               : FromGrpc(status);
     }
+  }
+
+  // Finish() does not return while a message the server sent is unread (a
+  // pipelined step's answer, when the stream breaks before it is
+  // collected): read and drop those first. The call has ended or been
+  // cancelled, so the reads return at once; the watchdog bounds them anyway.
+  grpc::Status DrainAndFinish() {
+    const DeadlineWatchdog::Ticket ticket =
+        watchdog_->Arm(&context_, absl::Now() + absl::Milliseconds(100));
+    v1::DecodeResponse unread;
+    while (stream_->Read(&unread)) {
+    }
+    watchdog_->Disarm(ticket);
+    finished_ = true;
+    return stream_->Finish();
   }
 
   DeadlineWatchdog* watchdog_;

@@ -12,6 +12,7 @@
 
 #include <atomic>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -337,6 +338,37 @@ TEST(FailOpenTest, CloseAfterTheServerStoppedCompletesLocally) {
   EXPECT_OK(session->Close());
   EXPECT_LT(absl::Now() - start, SessionOptions().create_deadline + kMargin);
   EXPECT_EQ(session->counters().unconfirmed_closes, 1);
+}
+
+TEST(FailOpenTest, ServerGoneWithAnAnswerUnreadDoesNotHangAPipelinedStep) {
+  for (StreamApi api : {StreamApi::kSync, StreamApi::kCallback}) {
+    SCOPED_TRACE(api == StreamApi::kSync ? "sync" : "callback");
+    auto server = StartTestServer();
+    ASSERT_NE(server, nullptr);
+    auto client = Connect(server->targets()[0]);
+    ASSERT_NE(client, nullptr);
+    SessionConfig config = SmallConfig("window", 3);
+    config.streaming_sinks = 1;  // Fewer than the budget: the fallback evicts.
+    SessionOptions options;
+    options.stream_api = api;
+    ASSERT_OK_AND_ASSIGN(auto session, client->CreateSession(config, options));
+    const auto story = MakeStory(config.shape, 0, 4);
+    ASSERT_OK(session->StepPipelined(story[0].Request()));
+    // The server answers step 0, and goes away before it is read.
+    absl::SleepFor(absl::Milliseconds(100));
+    server->Shutdown(absl::ZeroDuration());
+    const absl::Time start = absl::Now();
+    for (size_t t = 1; t < story.size(); ++t) {
+      ASSERT_OK_AND_ASSIGN(std::optional<StepOutcome> previous,
+                           session->StepPipelined(story[t].Request()));
+      ASSERT_TRUE(previous.has_value());
+      EXPECT_LE(previous->live, config.budget);
+    }
+    ASSERT_OK(session->Flush());
+    EXPECT_LT(absl::Now() - start, options.step_deadline + kMargin);
+    EXPECT_TRUE(session->degraded());
+    EXPECT_OK(session->Close());
+  }
 }
 
 }  // namespace
