@@ -73,6 +73,7 @@ class ClientImpl final : public Client {
     shared_.channel = std::move(channel);
     shared_.watchdog = std::make_shared<client_internal::DeadlineWatchdog>();
     shared_.totals = std::make_shared<client_internal::CounterTotals>();
+    shared_.rpc_deadline = options.rpc_deadline;
   }
 
   const ClientOptions& options() const override { return options_; }
@@ -122,7 +123,7 @@ class ClientImpl final : public Client {
     if (!session.ok()) {
       // Do not leave a session no stream can reach until the idle timeout;
       // do not wait for the server either.
-      CloseInBackground(shared_.stub, created->id, options_.rpc_deadline);
+      CloseInBackground(shared_.stub, created->id, shared_.rpc_deadline);
       // The server accepted the config: a failed attach is never the
       // caller's fault.
       return offline_or_error(Prefixed("attach: ", session.status()));

@@ -24,7 +24,9 @@ std::array<int64_t SessionCounters::*, CounterTotals::kFields> Fields() {
           &SessionCounters::bytes_sent,
           &SessionCounters::bytes_received,
           &SessionCounters::offline_sessions,
-          &SessionCounters::unconfirmed_closes};
+          &SessionCounters::unconfirmed_closes,
+          &SessionCounters::recovery_attempts,
+          &SessionCounters::recoveries};
 }
 
 }  // namespace

@@ -21,7 +21,7 @@ class CounterTotals {
   SessionCounters Snapshot() const;
 
   // The number of fields of SessionCounters; each is summed.
-  static constexpr int kFields = 13;
+  static constexpr int kFields = 15;
 
  private:
   std::atomic<int64_t> fields_[kFields] = {};

@@ -60,6 +60,18 @@ std::vector<uint64_t> LiveSet::Slots() const {
   return slots;
 }
 
+void LiveSet::Entries(std::vector<uint64_t>* slot_ids,
+                      std::vector<uint8_t>* pinned) const {
+  slot_ids->clear();
+  pinned->clear();
+  slot_ids->reserve(entries_.size());
+  pinned->reserve(entries_.size());
+  for (const auto& [index, entry] : entries_) {
+    slot_ids->push_back(entry.slot_id);
+    pinned->push_back(entry.pinned ? 1 : 0);
+  }
+}
+
 std::vector<uint64_t> LiveSet::StreamingEvictions(
     const StreamingRule& rule) const {
   std::vector<uint64_t> evicted;

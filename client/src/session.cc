@@ -2,13 +2,16 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cstdint>
 #include <cstring>
+#include <random>
 #include <string>
 #include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "convert.h"
 #include "entrokv/core/entropy.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "proto/convert/config_convert.h"
 #include "session_impl.h"
 
@@ -33,6 +36,22 @@ void ToFloats(const VectorView& view, std::vector<float>* out) {
   AppendConverted(view, ElementType::kF32, &bytes);
   out->resize(view.size());
   if (!bytes.empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
+}
+
+// Seeds a session's jitter: sessions created at once differ by address.
+uint32_t RandomSeed(const void* session) {
+  return static_cast<uint32_t>(
+      absl::ToUnixNanos(absl::Now()) ^
+      static_cast<int64_t>(reinterpret_cast<uintptr_t>(session)));
+}
+
+// How often a degraded session may poke a channel in TRANSIENT_FAILURE
+// (gRPC's shortest reconnect backoff).
+constexpr absl::Duration kPokeEvery = absl::Milliseconds(100);
+
+// `status` with `what` before its message, its code kept.
+absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
+  return absl::Status(status.code(), absl::StrCat(what, status.message()));
 }
 
 StreamingRule RuleFor(const SessionConfig& config) {
@@ -83,7 +102,7 @@ absl::StatusOr<CreatedSession> CreateServerSession(const ClientShared& shared,
     absl::StatusOr<SessionConfig> read =
         EffectiveConfigFromProto(response.session().config());
     if (!read.ok()) {
-      CloseInBackground(shared.stub, created.id, absl::Seconds(5));
+      CloseInBackground(shared.stub, created.id, shared.rpc_deadline);
       return read.status();
     }
     created.config = *std::move(read);
@@ -111,6 +130,27 @@ absl::Status AttachOn(DecodeStream* stream, const std::string& id,
                                             " results"));
   }
   return FromProto(response->attach_results(0).status());
+}
+
+void PokeInBackground(std::shared_ptr<grpc::Channel> channel,
+                      absl::Duration deadline) {
+  // grpc.health.v1.Health/Check with an empty request (the server's overall
+  // health): no entrokv state is touched when it does reach a server.
+  struct Call {
+    explicit Call(std::shared_ptr<grpc::Channel> channel)
+        : stub(std::move(channel)) {}
+    grpc::GenericStub stub;
+    grpc::ClientContext context;
+    grpc::ByteBuffer request;
+    grpc::ByteBuffer response;
+  };
+  auto* call = new Call(std::move(channel));
+  grpc::Slice empty("");
+  call->request = grpc::ByteBuffer(&empty, 1);
+  call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
+  call->stub.UnaryCall(&call->context, "/grpc.health.v1.Health/Check",
+                       grpc::StubOptions(), &call->request, &call->response,
+                       [call](grpc::Status) { delete call; });
 }
 
 void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
@@ -148,7 +188,9 @@ Session::Impl::Impl(client_internal::ClientShared shared, std::string id,
       stream_(std::move(stream)),
       next_step_(first_step),
       first_step_(first_step),
-      sketcher_(MakeSketcher(effective, options, &sketcher_status_)) {}
+      sketcher_(MakeSketcher(effective, options, &sketcher_status_)),
+      recovery_wait_(options.recovery_interval),
+      random_(RandomSeed(this)) {}
 
 Session::Impl::Impl(client_internal::ClientShared shared,
                     const SessionConfig& requested,
@@ -163,7 +205,10 @@ Session::Impl::Impl(client_internal::ClientShared shared,
       sketcher_(MakeSketcher(requested, options, &sketcher_status_)),
       degraded_(true),
       degraded_reason_(std::move(why)),
-      offline_(true) {
+      offline_(true),
+      recovery_wait_(options.recovery_interval),
+      random_(RandomSeed(this)) {
+  next_recovery_ = absl::Now() + Jittered(recovery_wait_);
   const SessionCounters before = counters_;
   counters_.offline_sessions = 1;
   shared_.totals->AddDelta(before, counters_);
@@ -264,6 +309,7 @@ absl::Status Session::Impl::StepAsyncImpl(const StepRequest& request) {
     return absl::FailedPreconditionError(
         "entrokv: two steps in flight already; Collect() first");
   }
+  if (degraded_) MaybeRecover(request);
   std::unique_ptr<v1::DecodeRequest> message;
   if (!degraded_) message = std::make_unique<v1::DecodeRequest>();
   absl::Status prepared =
@@ -288,15 +334,30 @@ absl::Status Session::Impl::Prepare(const StepRequest& request,
   }
   const absl::Time now = absl::Now();
   const uint64_t step = next_step_;
+  const bool resync = out != nullptr && resync_.has_value();
   if (out != nullptr) {
     out->set_session_id(id_);
     out->set_step(step);
     v1::Append* append = out->mutable_append();
+    // After a recovery: the live entries first, in append order.
+    bool pinned = !request.pinned.empty();
+    if (resync) {
+      append->mutable_slot_ids()->Add(resync_->slot_ids.begin(),
+                                      resync_->slot_ids.end());
+      append->mutable_keys()->append(resync_->keys);
+      for (const uint8_t flag : resync_->pinned) pinned |= flag != 0;
+    }
     append->mutable_slot_ids()->Add(request.slot_ids.begin(),
                                     request.slot_ids.end());
-    if (!request.pinned.empty()) {
-      append->mutable_pinned()->Reserve(request.pinned.size());
-      for (const uint8_t flag : request.pinned) append->add_pinned(flag != 0);
+    if (pinned) {
+      append->mutable_pinned()->Reserve(append->slot_ids_size());
+      if (resync) {
+        for (const uint8_t flag : resync_->pinned)
+          append->add_pinned(flag != 0);
+      }
+      for (size_t i = 0; i < request.slot_ids.size(); ++i) {
+        append->add_pinned(!request.pinned.empty() && request.pinned[i] != 0);
+      }
     }
     const ElementType type = config_.shape.element_type;
     const bool decides =
@@ -333,7 +394,8 @@ absl::Status Session::Impl::Prepare(const StepRequest& request,
   in_flight_.push_back(Pending{
       step,
       std::vector<uint64_t>(request.slot_ids.begin(), request.slot_ids.end()),
-      now, entropy, out == nullptr});
+      now, entropy, out == nullptr, resync, std::nullopt});
+  if (resync) resync_.reset();
   ++next_step_;
   return absl::OkStatus();
 }
@@ -364,6 +426,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectBatched(
   absl::StatusOr<StepOutcome> outcome = [&]() -> absl::StatusOr<StepOutcome> {
     Pending pending = std::move(in_flight_.front());
     in_flight_.pop_front();
+    if (pending.decided.has_value()) return *std::move(pending.decided);
     if (pending.local) {
       return Fallback(pending, LocalCause());
     }
@@ -393,8 +456,134 @@ void Session::Impl::Degrade(absl::Status why) {
   degraded_ = true;
   degraded_reason_ = std::move(why);
   // The server's state no longer matches the engine's cache: end the stream;
-  // the server keeps the session until its idle timeout (or Close()).
+  // the server keeps the session until its idle timeout, Close(), or a
+  // recovery (which closes it).
   if (stream_ != nullptr) stream_->Cancel();
+  next_recovery_ = absl::Now() + Jittered(recovery_wait_);
+}
+
+absl::Duration Session::Impl::Jittered(absl::Duration wait) {
+  const double jitter = std::clamp(options_.recovery_jitter, 0.0, 1.0);
+  if (jitter == 0.0 || wait == absl::InfiniteDuration()) return wait;
+  std::uniform_real_distribution<double> u(-jitter, jitter);
+  return wait * (1.0 + u(random_));
+}
+
+void Session::Impl::RecoveryFailed() {
+  recovery_wait_ = std::min(recovery_wait_ * 2, options_.max_recovery_interval);
+  next_recovery_ = absl::Now() + Jittered(recovery_wait_);
+}
+
+bool Session::Impl::RecoveryAccepts(const StepRequest& request) const {
+  double entropy = 0.0;
+  bool has_entropy = false;
+  // A step the session rejects anyway is rejected without an attempt.
+  if (!Validate(request, &entropy, &has_entropy).ok()) return false;
+  // The new server session counts its steps from zero: its first step
+  // decides when decide_every is 1 or the hard ceiling is passed, and must
+  // then carry what a decision needs, whatever the old cadence said.
+  const int64_t appended = static_cast<int64_t>(request.slot_ids.size());
+  const bool decides = config_.decide_every <= 1 ||
+                       (config_.hard_ceiling > 0 &&
+                        live_.size() + appended > config_.hard_ceiling);
+  if (!decides) return true;
+  if (request.queries.size() !=
+      static_cast<size_t>(sketcher_->full_query_elements())) {
+    return false;
+  }
+  return !PolicyNeedsEntropy(config_) || request.entropy.has_value() ||
+         !request.logits.empty();
+}
+
+void Session::Impl::MaybeRecover(const StepRequest& request) {
+  if (!options_.live_keys || batch_ != nullptr) return;
+  // Attempts only when the channel is connected: while the server is down
+  // a step costs nothing. GetState() makes an idle channel connect; one in
+  // TRANSIENT_FAILURE reconnects (after its backoff) only when a call asks,
+  // so it is poked with a call that fails at once there.
+  const absl::Time now = absl::Now();
+  if (now < next_recovery_) return;
+  const grpc_connectivity_state state =
+      shared_.channel->GetState(/*try_to_connect=*/true);
+  if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && now >= next_poke_) {
+    client_internal::PokeInBackground(shared_.channel,
+                                      options_.create_deadline);
+    next_poke_ = now + kPokeEvery;
+  }
+  if (state != GRPC_CHANNEL_READY) return;
+  if (!RecoveryAccepts(request)) return;
+  ++counters_.recovery_attempts;
+  if (!Recover(absl::Now() + options_.create_deadline).ok()) RecoveryFailed();
+}
+
+absl::Status Session::Impl::ResyncKeys(Resync* resync) {
+  if (resync->slot_ids.empty()) return absl::OkStatus();
+  std::vector<float> keys;
+  absl::Status status = options_.live_keys(resync->slot_ids, &keys);
+  if (!status.ok()) return Prefixed("live_keys: ", status);
+  const int64_t n = static_cast<int64_t>(resync->slot_ids.size());
+  const size_t expected =
+      static_cast<size_t>(n * sketcher_->full_key_elements());
+  if (keys.size() != expected) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "live_keys: ", keys.size(), " floats for ", n, " entries, expected ",
+        expected, " (entries x layers x kv_heads x head_dim)"));
+  }
+  const ElementType type = config_.shape.element_type;
+  if (sketcher_->identity()) {
+    AppendConverted(VectorView::F32(keys), type, &resync->keys);
+  } else {
+    sketcher_->Keys(keys, n, &scratch_out_);
+    AppendConverted(VectorView::F32(scratch_out_), type, &resync->keys);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status Session::Impl::Recover(absl::Time deadline) {
+  // The steps in flight are settled locally now, so that the live entries
+  // re-sent are those the engine holds once it has applied them.
+  for (Pending& pending : in_flight_) {
+    if (!pending.decided.has_value()) {
+      pending.decided = Fallback(pending, LocalCause());
+    }
+  }
+  // The server first: most failed attempts are its, and they should not
+  // cost the engine a copy of its keys.
+  absl::StatusOr<client_internal::CreatedSession> created =
+      client_internal::CreateServerSession(shared_, requested_, "", deadline);
+  if (!created.ok()) return created.status();
+  std::unique_ptr<client_internal::DecodeStream> stream =
+      client_internal::OpenStream(shared_, options_.stream_api);
+  absl::Status status =
+      client_internal::AttachOn(stream.get(), created->id, deadline);
+  Resync resync;
+  if (status.ok()) {
+    live_.Entries(&resync.slot_ids, &resync.pinned);
+    status = ResyncKeys(&resync);
+  }
+  if (!status.ok()) {
+    client_internal::CloseInBackground(shared_.stub, created->id,
+                                       shared_.rpc_deadline);
+    return status;
+  }
+  // Online again, under the new id. The old server session's state no
+  // longer matches the engine's cache: close it.
+  if (!id_.empty()) {
+    client_internal::CloseInBackground(shared_.stub, id_, shared_.rpc_deadline);
+  }
+  id_ = created->id;
+  config_ = created->config;
+  stream_ = std::move(stream);
+  // The new server session numbers its steps on from the engine's next one
+  // and counts them from zero (the decision cadence restarts).
+  first_step_ = next_step_;
+  steps_done_ = 0;
+  degraded_ = false;
+  degraded_reason_ = absl::OkStatus();
+  offline_ = false;
+  next_recovery_ = absl::InfiniteFuture();
+  resync_ = std::move(resync);
+  return absl::OkStatus();
 }
 
 StepOutcome Session::Impl::Fallback(const Pending& pending, Cause cause) {
@@ -430,6 +619,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
   }
   Pending pending = std::move(in_flight_.front());
   in_flight_.pop_front();
+  if (pending.decided.has_value()) return *std::move(pending.decided);
   if (pending.local) {
     return Fallback(pending, LocalCause());
   }
@@ -440,6 +630,11 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
   if (!response.ok()) {
     const bool deadline =
         response.status().code() == absl::StatusCode::kDeadlineExceeded;
+    // A recovery whose first step fails counts as a failed attempt.
+    if (pending.resync) {
+      recovery_wait_ =
+          std::min(recovery_wait_ * 2, options_.max_recovery_interval);
+    }
     Degrade(response.status());
     return Fallback(pending, deadline ? Cause::kDeadline : Cause::kUnavailable);
   }
@@ -462,7 +657,20 @@ absl::StatusOr<StepOutcome> Session::Impl::Finish(
     live_.Remove(pending.slot_ids);
     next_step_ = std::min(next_step_, pending.step);
     ++counters_.rejected_steps;
+    if (pending.resync) {
+      // The new server session holds none of the live entries: give it up
+      // and go on locally; a later attempt re-creates one.
+      client_internal::CloseInBackground(shared_.stub, id_,
+                                         shared_.rpc_deadline);
+      recovery_wait_ =
+          std::min(recovery_wait_ * 2, options_.max_recovery_interval);
+      Degrade(status);
+    }
     return status;
+  }
+  if (pending.resync) {
+    ++counters_.recoveries;
+    recovery_wait_ = options_.recovery_interval;
   }
   StepOutcome outcome;
   outcome.step = pending.step;

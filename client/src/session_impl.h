@@ -10,6 +10,7 @@
 #include <deque>
 #include <memory>
 #include <optional>
+#include <random>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -31,12 +32,14 @@ namespace client_internal {
 
 // What a Client lends each of its sessions. The stub keeps the channel alive;
 // the watchdog serves the sessions' sync streams; the totals receive every
-// change of their counters.
+// change of their counters; rpc_deadline bounds the closes sent in the
+// background.
 struct ClientShared {
   std::shared_ptr<grpc::Channel> channel;
   std::shared_ptr<v1::EntroKv::Stub> stub;
   std::shared_ptr<DeadlineWatchdog> watchdog;
   std::shared_ptr<CounterTotals> totals;
+  absl::Duration rpc_deadline;
 };
 
 // True when `status` is a failure of the server or of the transport, not of
@@ -65,6 +68,11 @@ std::unique_ptr<DecodeStream> OpenStream(const ClientShared& shared,
 // Attaches `id` to `stream`, waiting until `deadline` at most.
 absl::Status AttachOn(DecodeStream* stream, const std::string& id,
                       absl::Time deadline);
+// Starts a call on `channel` that fails at once while it is in
+// TRANSIENT_FAILURE, so that gRPC reconnects it (after its reconnect
+// backoff), and returns at once.
+void PokeInBackground(std::shared_ptr<grpc::Channel> channel,
+                      absl::Duration deadline);
 // Sends CloseSession for `id` and returns at once: best effort, bounded by
 // `deadline` (counted from now); its outcome is ignored.
 void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
@@ -125,10 +133,20 @@ class Session::Impl {
   enum class Cause { kDeadline, kUnavailable, kDegraded };
   struct Pending {
     uint64_t step;
-    std::vector<uint64_t> slot_ids;
+    std::vector<uint64_t> slot_ids;  // The step's own appends.
     absl::Time sent;
     double entropy;
-    bool local;  // Not sent: decided locally when collected.
+    bool local;   // Not sent: decided locally when collected.
+    bool resync;  // Also re-sent the live entries after a recovery.
+    // Decided locally already (a recovery settles the steps in flight).
+    std::optional<StepOutcome> decided;
+  };
+  // The live entries a recovery re-sends, in append order, before the next
+  // step's own appends.
+  struct Resync {
+    std::vector<uint64_t> slot_ids;
+    std::vector<uint8_t> pinned;
+    std::string keys;  // Wire form: the session's element type, sketched.
   };
 
   // Validates `request`, writes its wire form into `out` (unless null: the
@@ -140,6 +158,24 @@ class Session::Impl {
                         bool* has_entropy) const;
   void Degrade(absl::Status why);
   StepOutcome Fallback(const Pending& pending, Cause cause);
+
+  // Recovery (session.h): before a step of a degraded session, when its
+  // time has come, the channel is connected and `request` suits the new
+  // server session's cadence, tries Recover() within the creation deadline.
+  void MaybeRecover(const StepRequest& request);
+  bool RecoveryAccepts(const StepRequest& request) const;
+  // Settles the steps in flight locally, creates and attaches a new server
+  // session, reads the live entries' keys from the engine and makes the
+  // session online again, the entries to re-send in resync_. On failure
+  // nothing is changed but the steps settled (a server session created is
+  // closed in the background).
+  absl::Status Recover(absl::Time deadline);
+  // Fills resync->keys (wire form) for resync->slot_ids from live_keys.
+  absl::Status ResyncKeys(Resync* resync);
+  // Schedules the next attempt after a failed one: the wait doubles, up to
+  // options_.max_recovery_interval.
+  void RecoveryFailed();
+  absl::Duration Jittered(absl::Duration wait);
 
   // How a step decided locally without a server answer is counted.
   Cause LocalCause() const {
@@ -155,7 +191,7 @@ class Session::Impl {
   std::unique_ptr<client_internal::DecodeStream> stream_;
 
   uint64_t next_step_;
-  const uint64_t first_step_;
+  uint64_t first_step_;  // Of the current server session (NextStepDecides).
   int64_t steps_done_ = 0;
   // Sums groups and projects (absent: the projection was invalid, and every
   // step fails with sketcher_status_).
@@ -169,6 +205,14 @@ class Session::Impl {
   // Created offline and never online since: local steps count as
   // fallback_unavailable rather than fallback_degraded.
   bool offline_ = false;
+  // Recovery: the earliest time of the next attempt (while degraded) and of
+  // the next poke of the channel, the wait after the next failure, jitter's
+  // source, and what the next step re-sends after a successful attempt.
+  absl::Time next_recovery_ = absl::InfiniteFuture();
+  absl::Time next_poke_ = absl::InfinitePast();
+  absl::Duration recovery_wait_;
+  std::minstd_rand random_;
+  std::optional<Resync> resync_;
   bool closed_ = false;
   const void* batch_ = nullptr;  // The DecodeBatch that steps this session.
   SessionCounters counters_;

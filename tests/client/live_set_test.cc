@@ -67,6 +67,21 @@ TEST_F(LiveSetTest, RemovedEntriesAreForgotten) {
   EXPECT_THAT(live_.StreamingEvictions({.budget = 3}), ElementsAre(10, 13));
 }
 
+TEST_F(LiveSetTest, EntriesListLiveSlotsWithTheirPinnedFlagsInAppendOrder) {
+  const std::vector<uint64_t> ids = {7, 3, 9, 1};
+  const std::vector<uint8_t> pinned = {0, 1, 0, 1};
+  live_.Append(ids, pinned);
+  const uint64_t late = 5;
+  live_.Append({&late, 1}, {});
+  const std::vector<uint64_t> gone = {9};
+  live_.Remove(gone);
+  std::vector<uint64_t> slots = {42};
+  std::vector<uint8_t> flags = {42};
+  live_.Entries(&slots, &flags);
+  EXPECT_THAT(slots, ElementsAre(7, 3, 1, 5));
+  EXPECT_THAT(flags, ElementsAre(0, 1, 1, 0));
+}
+
 TEST_F(LiveSetTest, BlocksAreEvictedWholeAndOnlyWhenFull) {
   AppendRange(100, 10);  // Blocks of 4: [100..103] [104..107] [108, 109].
   // Budget 5 (need 5): sinks 1 protects block 0, so block 1 then block 2...

@@ -15,6 +15,8 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstdlib>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,6 +41,15 @@ using ::entrokv::testing::StoryStep;
 using ::entrokv::testing::TestServerOptions;
 
 constexpr absl::Duration kStepEvery = absl::Milliseconds(20);
+
+// The outage: `default_outage`, or ENTROKV_RESTART_OUTAGE (an absl duration
+// such as "30s") to measure longer ones.
+absl::Duration Outage(absl::Duration default_outage) {
+  absl::Duration outage;
+  const char* set = std::getenv("ENTROKV_RESTART_OUTAGE");
+  if (set != nullptr && absl::ParseDuration(set, &outage)) return outage;
+  return default_outage;
+}
 
 // How the server goes away: a graceful Shutdown() of the in-process server
 // (streams end, connections close with GOAWAY), or SIGKILL of a server
@@ -154,10 +165,10 @@ TEST_P(RestartTest, NewSessionsAreServedSoonAfterARestart) {
     EXPECT_OK(session->Close());
   }
 
-  // A 4 s outage during which the engine keeps starting sequences: each gets
-  // an offline session at once.
+  // An outage (4 s by default) during which the engine keeps starting
+  // sequences: each gets an offline session at once.
   StopServer();
-  const absl::Time outage_end = absl::Now() + absl::Seconds(4);
+  const absl::Time outage_end = absl::Now() + Outage(absl::Seconds(4));
   int offline = 0;
   while (absl::Now() < outage_end) {
     const absl::Time start = absl::Now();
@@ -192,6 +203,208 @@ TEST_P(RestartTest, NewSessionsAreServedSoonAfterARestart) {
   // default: gRPC's own default (up to 120 s) left new sessions offline for
   // seconds after a short outage.
   EXPECT_LT(*served, absl::Seconds(2));
+}
+
+// One sequence of an engine that owns its KV cache: the keys of its live
+// entries, fed from a story, handed to the session's recovery callback.
+class Sequence {
+ public:
+  // `callback`: give the session the live-keys callback. `pipelined`: step
+  // with StepPipelined. `decide_every` > 1: send queries on decision steps
+  // only, as NextStepDecides() says.
+  Sequence(std::string name, int steps, bool callback, bool pipelined,
+           int32_t decide_every = 1)
+      : name_(std::move(name)), pipelined_(pipelined) {
+    config_ = SmallConfig("tova", 8);
+    config_.protection.sinks = 1;
+    config_.decide_every = decide_every;
+    story_ = MakeStory(config_.shape, 0, steps, /*seed=*/name_.size());
+    options_.step_deadline = absl::Milliseconds(200);
+    if (callback) {
+      options_.live_keys = [this](absl::Span<const uint64_t> slots,
+                                  std::vector<float>* keys) {
+        keys->clear();
+        for (uint64_t slot : slots) {
+          auto it = keys_.find(slot);
+          if (it == keys_.end()) {
+            return absl::NotFoundError(absl::StrCat("slot ", slot));
+          }
+          keys->insert(keys->end(), it->second.begin(), it->second.end());
+        }
+        return absl::OkStatus();
+      };
+    }
+  }
+
+  absl::Status Create(Client* client) {
+    absl::StatusOr<std::unique_ptr<Session>> session =
+        client->CreateSession(config_, options_);
+    if (!session.ok()) return session.status();
+    session_ = *std::move(session);
+    return absl::OkStatus();
+  }
+
+  // Steps the next story entry (the first one pinned). The outcome settled
+  // by this call, if any: step t's own, or step t-1's when pipelined.
+  std::optional<StepOutcome> Step() {
+    const StoryStep& step = story_[next_];
+    keys_[step.slots[0]] = step.keys;
+    StepRequest request = step.Request();
+    static const uint8_t kPinned = 1;
+    if (next_ == 0) request.pinned = {&kPinned, 1};
+    if (!session_->NextStepDecides(1)) {
+      request.queries = VectorView();
+      request.entropy.reset();
+    }
+    ++next_;
+    std::optional<StepOutcome> settled;
+    if (pipelined_) {
+      absl::StatusOr<std::optional<StepOutcome>> previous =
+          session_->StepPipelined(request);
+      EXPECT_TRUE(previous.ok()) << name_ << ": " << previous.status();
+      if (previous.ok()) settled = *previous;
+    } else {
+      absl::StatusOr<StepOutcome> outcome = session_->Step(request);
+      EXPECT_TRUE(outcome.ok()) << name_ << ": " << outcome.status();
+      if (outcome.ok()) settled = *outcome;
+    }
+    if (settled.has_value()) Settle(*settled);
+    return settled;
+  }
+
+  // Collects the step still in flight (pipelined).
+  void Flush() {
+    absl::StatusOr<std::optional<StepOutcome>> last = session_->Flush();
+    ASSERT_TRUE(last.ok()) << last.status();
+    if (last->has_value()) Settle(**last);
+  }
+
+  Session* session() { return session_.get(); }
+  const SessionConfig& config() const { return config_; }
+  int64_t held() const { return static_cast<int64_t>(keys_.size()); }
+  const std::string& name() const { return name_; }
+
+ private:
+  // Frees what the outcome says, and checks what every engine may rely on.
+  void Settle(const StepOutcome& outcome) {
+    EXPECT_EQ(outcome.step, settled_) << name_;
+    ++settled_;
+    for (uint64_t slot : outcome.evicted) {
+      EXPECT_NE(slot, story_[0].slots[0]) << name_ << ": pinned evicted";
+      EXPECT_EQ(keys_.erase(slot), 1u) << name_ << ": " << slot;
+    }
+    // Pipelined, the engine frees one step late: it holds one more entry;
+    // between decision steps (decide_every > 1) the server only appends.
+    EXPECT_LE(held(), config_.budget + (pipelined_ ? 1 : 0) +
+                          (config_.decide_every - 1))
+        << name_ << " at step " << outcome.step;
+  }
+
+  std::string name_;
+  bool pipelined_;
+  SessionConfig config_;
+  SessionOptions options_;
+  std::vector<StoryStep> story_;
+  std::unique_ptr<Session> session_;
+  std::map<uint64_t, std::vector<float>> keys_;  // The engine's KV cache.
+  size_t next_ = 0;
+  uint64_t settled_ = 0;
+};
+
+TEST_P(RestartTest, SessionsThatLivedThroughARestartAreServedAgain) {
+  auto client = Connect();
+  ASSERT_NE(client, nullptr);
+  const absl::Duration outage = Outage(absl::Seconds(1));
+  // Enough story for 30 steps, the outage, 5 s and 20 steps, every 20 ms.
+  const int steps = 200 + static_cast<int>((outage + absl::Seconds(5)) /
+                                           absl::Milliseconds(10));
+  std::vector<std::unique_ptr<Sequence>> sequences;
+  sequences.push_back(
+      std::make_unique<Sequence>("blocking", steps, true, false));
+  sequences.push_back(
+      std::make_unique<Sequence>("pipelined", steps, true, true));
+  sequences.push_back(
+      std::make_unique<Sequence>("decide_every_2", steps, true, false, 2));
+  sequences.push_back(
+      std::make_unique<Sequence>("no_callback", steps, false, false));
+  std::vector<std::string> ids;
+  for (auto& sequence : sequences) {
+    ASSERT_OK(sequence->Create(client.get()));
+    ASSERT_FALSE(sequence->session()->degraded());
+    ids.push_back(sequence->session()->id());
+  }
+  auto step_all = [&]() {
+    for (auto& sequence : sequences) sequence->Step();
+  };
+
+  // Served, then an outage (1 s by default): every step is decided locally.
+  for (int t = 0; t < 30; ++t) step_all();
+  for (auto& sequence : sequences) {
+    EXPECT_EQ(sequence->session()->counters().fallback_steps, 0)
+        << sequence->name();
+  }
+  StopServer();
+  const absl::Time outage_end = absl::Now() + outage;
+  while (absl::Now() < outage_end) {
+    step_all();
+    absl::SleepFor(kStepEvery);
+  }
+  for (auto& sequence : sequences) {
+    EXPECT_TRUE(sequence->session()->degraded()) << sequence->name();
+  }
+
+  // Back: steps every 20 ms until every session with a callback is served.
+  const absl::Time restarted = Restart();
+  std::vector<std::optional<absl::Duration>> served(sequences.size());
+  auto all_served = [&]() {
+    for (size_t i = 0; i + 1 < sequences.size(); ++i) {
+      if (!served[i].has_value()) return false;
+    }
+    return true;
+  };
+  while (!all_served() && absl::Now() - restarted < absl::Seconds(5)) {
+    for (size_t i = 0; i < sequences.size(); ++i) {
+      std::optional<StepOutcome> outcome = sequences[i]->Step();
+      if (outcome.has_value() && !outcome->fallback && !served[i]) {
+        served[i] = absl::Now() - restarted;
+      }
+    }
+    absl::SleepFor(kStepEvery);
+  }
+  for (size_t i = 0; i + 1 < sequences.size(); ++i) {
+    ASSERT_TRUE(served[i].has_value())
+        << sequences[i]->name() << ": not served 5 s after the restart";
+    std::printf(
+        "%s, restart -> first server-decided step of a session that "
+        "lived through it (%s): %s\n",
+        StopName(), sequences[i]->name().c_str(),
+        absl::FormatDuration(*served[i]).c_str());
+  }
+
+  // Online again under a new id; served from now on.
+  for (int t = 0; t < 20; ++t) step_all();
+  for (size_t i = 0; i + 1 < sequences.size(); ++i) {
+    Session* session = sequences[i]->session();
+    EXPECT_FALSE(session->degraded()) << sequences[i]->name();
+    EXPECT_NE(session->id(), ids[i]);
+    EXPECT_EQ(session->counters().recoveries, 1);
+    // The server holds what the engine holds.
+    sequences[i]->Flush();
+    ASSERT_OK_AND_ASSIGN(SessionInfo info, client->GetSession(session->id()));
+    EXPECT_EQ(info.stats.live, sequences[i]->held()) << sequences[i]->name();
+    EXPECT_EQ(info.stats.live,
+              static_cast<int64_t>(session->LiveSlots().size()));
+  }
+  // Without a callback a session stays local, within its budget.
+  Session* local = sequences.back()->session();
+  EXPECT_TRUE(local->degraded());
+  EXPECT_EQ(local->counters().recovery_attempts, 0);
+  EXPECT_EQ(local->counters().server_steps, 30);
+  EXPECT_EQ(client->counters().recoveries, 3);
+
+  for (auto& sequence : sequences) EXPECT_OK(sequence->session()->Close());
+  ASSERT_OK_AND_ASSIGN(std::vector<SessionInfo> left, client->ListSessions());
+  EXPECT_THAT(left, ::testing::IsEmpty());
 }
 
 TEST(ReconnectOptionsTest, ConnectRejectsBadBackoffSettings) {

@@ -90,7 +90,8 @@ class Client {
   // The sum of the counters of every session this client created or
   // attached, closed and destroyed ones included: one set of metrics for the
   // engine to export (a non-zero fallback_steps means the sidecar is down or
-  // too slow for the step deadline).
+  // too slow for the step deadline; offline_sessions, recovery_attempts and
+  // recoveries say how creations and recoveries fared).
   virtual SessionCounters counters() const = 0;
 
   // Creates a server session (`session_id` empty: the server names it) and

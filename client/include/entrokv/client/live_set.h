@@ -62,6 +62,9 @@ class LiveSet {
   int64_t next_index() const { return next_index_; }
   // Live ids in append order.
   std::vector<uint64_t> Slots() const;
+  // Live ids and their pinned flags (1: pinned), in append order.
+  void Entries(std::vector<uint64_t>* slot_ids,
+               std::vector<uint8_t>* pinned) const;
 
  private:
   struct Entry {

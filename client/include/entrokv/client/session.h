@@ -38,7 +38,39 @@
 //    of the rest down to the budget; see live_set.h) and counts it in
 //    counters(). From then on the session is degraded: the server's state no
 //    longer matches the engine's cache (the wire has no way to tell it which
-//    slots were freed locally), so every later step is decided locally too.
+//    slots were freed locally), so every later step is decided locally too,
+//    until a recovery. A session created offline is degraded likewise.
+//  - Recovery. The engine owns its KV cache, so only it can give the server
+//    back the keys of the live entries: with SessionOptions::live_keys set, a
+//    degraded session comes back online by itself; without it, it stays
+//    local for the rest of its life. From recovery_interval after it
+//    degraded (500 ms by default, +-recovery_jitter), each step first looks
+//    at the channel: while it is not connected nothing is attempted and the
+//    step does not wait (a channel in TRANSIENT_FAILURE is poked with a
+//    health-check call that fails at once, because gRPC reconnects it only
+//    when a call asks; ClientOptions sets the reconnect backoff). Once it is
+//    connected, one attempt, bounded by create_deadline as a whole: the steps
+//    in flight are decided locally, a NEW server session is created with the
+//    same configuration (named by the server: id() changes) and attached to
+//    a new stream, and live_keys gives the keys of the live entries (when it
+//    fails, that server session is closed in the background). The step
+//    itself then goes to the server, re-sending the live entries (in
+//    append order, pinned flags kept) before its own appends, under its own
+//    number: the numbering goes on. When the server answers it, the session
+//    is online (degraded() false, degraded_reason() OK,
+//    counters().recoveries + 1) and the old server session is closed in the
+//    background. The new server session starts with fresh ranking state:
+//    accumulated attention (h2o), affinity, the entropy statistics and the
+//    decision cadence (decide_every) start over, and its sinks and recent
+//    window are counted over the re-sent entries. An attempt that fails
+//    (live_keys fails, the server errs or is silent past the deadline, or
+//    the re-sending step is rejected or late) leaves the step to the local
+//    rule, which keeps the budget, and doubles the wait before the next one,
+//    up to max_recovery_interval (counters().recovery_attempts counts them).
+//    The re-sending step must fit ClientOptions::max_message_bytes. An
+//    attempt is made only when the step carries what the new session's first
+//    step needs (queries and entropy when it decides). Sessions of a
+//    DecodeBatch do not recover.
 //  - Close. Close() waits at most create_deadline. A close the server does
 //    not confirm in time, or a server-side failure, completes locally: OK,
 //    counted in counters().unconfirmed_closes (the server reclaims the
@@ -53,13 +85,15 @@
 // slot ids) are rejected before anything is sent.
 //
 // Thread-safety: a Session is used by one thread at a time (the engine's
-// decode loop). Distinct Sessions are independent and may be used from
-// different threads. A Session does not need its Client to outlive it.
+// decode loop); live_keys is called on that thread, inside a step call.
+// Distinct Sessions are independent and may be used from different threads.
+// A Session does not need its Client to outlive it.
 
 #ifndef ENTROKV_CLIENT_SESSION_H_
 #define ENTROKV_CLIENT_SESSION_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -101,6 +135,23 @@ struct SessionOptions {
   // send only the entropy (true), or send the logits (false).
   bool entropy_on_client = true;
   StreamApi stream_api = StreamApi::kSync;
+  // Recovery of a degraded session (see "Recovery" above). The engine owns
+  // its KV cache: given the live slots, in append order, this callback fills
+  // `keys` with their keys, [entry][layer][kv_head][head_dim], exactly as
+  // StepRequest::keys takes them (the sent layers, the model's full
+  // head_dim), as floats. A non-OK status aborts that recovery attempt.
+  // Called on the session's thread, during a step. Empty: a degraded session
+  // stays local for the rest of its life.
+  using LiveKeysCallback = std::function<absl::Status(
+      absl::Span<const uint64_t> live_slots, std::vector<float>* keys)>;
+  LiveKeysCallback live_keys;
+  // The first recovery attempt comes recovery_interval after the session
+  // degraded; after each failed attempt the wait doubles, up to
+  // max_recovery_interval; each wait varies by +-recovery_jitter (a
+  // fraction) so that the sessions of one engine do not retry in step.
+  absl::Duration recovery_interval = absl::Milliseconds(500);
+  absl::Duration max_recovery_interval = absl::Seconds(5);
+  double recovery_jitter = 0.2;
   // Sketched sessions (config.shape.sketch_dim = r > 0): the engine's own
   // projections, one head_dim x r row-major matrix per (sent layer, kv head),
   // layer-major (e.g. PCA of its keys). Empty: the default seeded projection
@@ -164,6 +215,10 @@ struct SessionCounters {
   // Close() calls completed locally: the server did not confirm them in
   // time, and reclaims the session after its idle timeout.
   int64_t unconfirmed_closes = 0;
+  // Recovery: attempts to re-create a degraded session on the server, and
+  // those that brought it back online.
+  int64_t recovery_attempts = 0;
+  int64_t recoveries = 0;
 };
 
 class Session {
@@ -177,13 +232,16 @@ class Session {
   // it now.
   ~Session();
 
-  // The server's session id; empty for an offline session.
+  // The server's session id; empty for an offline session. A recovery
+  // replaces it with the new server session's.
   const std::string& id() const;
   // The effective configuration (defaults filled in by the server).
   const SessionConfig& config() const;
   // The number the next step will carry.
   uint64_t next_step() const;
-  // True once steps are decided locally; degraded_reason() says why.
+  // True while steps are decided locally (from a fallback or an offline
+  // creation until a recovery); degraded_reason() says why (OK when not
+  // degraded).
   bool degraded() const;
   absl::Status degraded_reason() const;
   // Steps sent and not yet collected (0, 1 or 2).

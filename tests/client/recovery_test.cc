@@ -1,0 +1,491 @@
+// Recovery of a degraded session through the engine's live-keys callback,
+// against a scripted server that records what it receives: what a recovery
+// sends (a new server session, then one step that re-sends the live entries
+// in append order with their pinned flags and keys before the step's own),
+// that the old server session is closed, that an attempt never blocks a step
+// longer than the creation deadline and backs off, and that a failing
+// callback keeps the session local.
+
+#include <atomic>
+#include <cstdint>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "client_test_util.h"
+#include "entrokv/client/client.h"
+#include "entrokv/client/session.h"
+#include "entrokv/v1/entrokv.grpc.pb.h"
+#include "gmock/gmock.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace entrokv {
+namespace {
+
+using ::entrokv::testing::MakeStory;
+using ::entrokv::testing::SmallConfig;
+using ::entrokv::testing::StoryStep;
+using ::testing::ElementsAre;
+using ::testing::ElementsAreArray;
+using ::testing::IsEmpty;
+
+// A step as the scripted server received it.
+struct ReceivedStep {
+  std::string session_id;
+  uint64_t step = 0;
+  std::vector<uint64_t> slot_ids;
+  std::vector<bool> pinned;
+  std::string keys;
+};
+
+// Names its sessions s1, s2, ...; answers attach; records steps, and answers
+// them with no eviction unless `swallow_steps`; records
+// CloseSession; with `hang_create`, never answers CreateSession.
+class ScriptedService final : public v1::EntroKv::Service {
+ public:
+  std::atomic<bool> swallow_steps{false};
+  std::atomic<bool> hang_create{false};
+
+  grpc::Status CreateSession(grpc::ServerContext* context,
+                             const v1::CreateSessionRequest*,
+                             v1::CreateSessionResponse* response) override {
+    ++creates_;
+    if (hang_create) {
+      while (!context->IsCancelled()) absl::SleepFor(absl::Milliseconds(2));
+      return grpc::Status(grpc::StatusCode::CANCELLED, "cancelled");
+    }
+    response->set_session_id(absl::StrCat("s", creates_.load()));
+    return grpc::Status::OK;
+  }
+
+  grpc::Status CloseSession(grpc::ServerContext*,
+                            const v1::CloseSessionRequest* request,
+                            v1::CloseSessionResponse*) override {
+    absl::MutexLock lock(&mu_);
+    closed_.push_back(request->session_id());
+    return grpc::Status::OK;
+  }
+
+  grpc::Status Decode(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::DecodeResponse, v1::DecodeRequest>* stream)
+      override {
+    v1::DecodeRequest request;
+    std::map<std::string, int64_t> live;
+    while (stream->Read(&request)) {
+      v1::DecodeResponse response;
+      for (const std::string& id : request.attach()) {
+        response.add_attach_results()->set_session_id(id);
+      }
+      const bool swallow = request.steps_size() > 0 && swallow_steps;
+      for (const v1::SessionStep& step : request.steps()) {
+        ReceivedStep received{
+            step.session_id(),
+            step.step(),
+            {step.append().slot_ids().begin(), step.append().slot_ids().end()},
+            {step.append().pinned().begin(), step.append().pinned().end()},
+            step.append().keys()};
+        if (swallow) {
+          absl::MutexLock lock(&mu_);
+          swallowed_.push_back(std::move(received));
+          continue;
+        }
+        live[step.session_id()] += step.append().slot_ids_size();
+        v1::SessionStepResult* result = response.add_results();
+        result->set_session_id(step.session_id());
+        result->set_step(step.step());
+        result->set_live(live[step.session_id()]);
+        result->set_budget(100);
+        absl::MutexLock lock(&mu_);
+        steps_.push_back(std::move(received));
+      }
+      if (!swallow) stream->Write(response);
+    }
+    return grpc::Status::OK;
+  }
+
+  int creates() const { return creates_; }
+  // The steps answered, and those swallowed.
+  std::vector<ReceivedStep> steps() {
+    absl::MutexLock lock(&mu_);
+    return steps_;
+  }
+  std::vector<ReceivedStep> swallowed() {
+    absl::MutexLock lock(&mu_);
+    return swallowed_;
+  }
+  // Waits up to 2 s for CloseSession(`id`).
+  bool WaitClosed(const std::string& id) {
+    for (int i = 0; i < 200; ++i) {
+      {
+        absl::MutexLock lock(&mu_);
+        for (const std::string& closed : closed_) {
+          if (closed == id) return true;
+        }
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    return false;
+  }
+
+ private:
+  std::atomic<int> creates_{0};
+  absl::Mutex mu_;
+  std::vector<ReceivedStep> steps_ ABSL_GUARDED_BY(mu_);
+  std::vector<ReceivedStep> swallowed_ ABSL_GUARDED_BY(mu_);
+  std::vector<std::string> closed_ ABSL_GUARDED_BY(mu_);
+};
+
+// The engine's side: it owns the keys of its live entries.
+class Engine {
+ public:
+  explicit Engine(const std::vector<StoryStep>& story) : story_(story) {}
+
+  // The request of story step `t`; remembers its keys as live.
+  StepRequest Request(size_t t, absl::Span<const uint8_t> pinned = {}) {
+    const StoryStep& step = story_[t];
+    const size_t per_entry = step.keys.size() / step.slots.size();
+    for (size_t i = 0; i < step.slots.size(); ++i) {
+      keys_[step.slots[i]].assign(step.keys.begin() + i * per_entry,
+                                  step.keys.begin() + (i + 1) * per_entry);
+    }
+    StepRequest request = step.Request();
+    request.pinned = pinned;
+    return request;
+  }
+  void Free(const StepOutcome& outcome) {
+    for (uint64_t slot : outcome.evicted) keys_.erase(slot);
+  }
+  SessionOptions::LiveKeysCallback Callback() {
+    return [this](absl::Span<const uint64_t> slots, std::vector<float>* keys) {
+      ++calls_;
+      keys->clear();
+      for (uint64_t slot : slots) {
+        auto it = keys_.find(slot);
+        if (it == keys_.end()) {
+          return absl::NotFoundError(absl::StrCat("slot ", slot));
+        }
+        keys->insert(keys->end(), it->second.begin(), it->second.end());
+      }
+      return absl::OkStatus();
+    };
+  }
+  const std::vector<float>& KeyOf(uint64_t slot) { return keys_[slot]; }
+  int calls() const { return calls_; }
+
+ private:
+  const std::vector<StoryStep>& story_;
+  std::map<uint64_t, std::vector<float>> keys_;
+  int calls_ = 0;
+};
+
+class RecoveryTest : public ::testing::TestWithParam<StreamApi> {
+ protected:
+  void SetUp() override {
+    grpc::ServerBuilder builder;
+    int port = 0;
+    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
+                             &port);
+    builder.RegisterService(&service_);
+    server_ = builder.BuildAndStart();
+    ASSERT_NE(server_, nullptr);
+    ClientOptions options;
+    options.target = absl::StrCat("127.0.0.1:", port);
+    ASSERT_OK_AND_ASSIGN(client_, Client::Connect(options));
+  }
+  void TearDown() override {
+    client_.reset();
+    server_->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
+
+  SessionOptions Options(Engine* engine) const {
+    SessionOptions options;
+    options.stream_api = GetParam();
+    options.step_deadline = absl::Milliseconds(50);
+    options.recovery_interval = absl::Milliseconds(100);
+    options.recovery_jitter = 0.0;
+    if (engine != nullptr) options.live_keys = engine->Callback();
+    return options;
+  }
+
+  ScriptedService service_;
+  std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<Client> client_;
+};
+
+TEST_P(RecoveryTest, ResendsTheLiveEntriesInAppendOrderWithTheStep) {
+  // f32 on the wire: the re-sent key bytes are the engine's floats exactly.
+  const SessionConfig config = SmallConfig("window", 6, ElementType::kF32);
+  const std::vector<StoryStep> story = MakeStory(config.shape, 4, 4);
+  Engine engine(story);
+  ASSERT_OK_AND_ASSIGN(auto session,
+                       client_->CreateSession(config, Options(&engine)));
+  EXPECT_EQ(session->id(), "s1");
+
+  // The server goes silent: the prefill (1000..1003, 1001 pinned) misses its
+  // deadline and is decided locally; the session degrades.
+  service_.swallow_steps = true;
+  const std::vector<uint8_t> pinned = {0, 1, 0, 0};
+  ASSERT_OK_AND_ASSIGN(StepOutcome prefill,
+                       session->Step(engine.Request(0, pinned)));
+  EXPECT_TRUE(prefill.fallback);
+  EXPECT_TRUE(session->degraded());
+  EXPECT_STATUS_CODE(session->degraded_reason(),
+                     absl::StatusCode::kDeadlineExceeded);
+
+  // It answers again; before recovery_interval has passed the step stays
+  // local and nothing is attempted.
+  service_.swallow_steps = false;
+  ASSERT_OK_AND_ASSIGN(StepOutcome early, session->Step(engine.Request(1)));
+  EXPECT_TRUE(early.fallback);
+  EXPECT_EQ(service_.creates(), 1);
+  EXPECT_EQ(engine.calls(), 0);
+
+  absl::SleepFor(absl::Milliseconds(120));
+  ASSERT_OK_AND_ASSIGN(StepOutcome back, session->Step(engine.Request(2)));
+  EXPECT_FALSE(back.fallback);
+  EXPECT_EQ(back.step, 2u);  // The step numbering goes on.
+  EXPECT_FALSE(session->degraded());
+  EXPECT_OK(session->degraded_reason());
+  EXPECT_EQ(session->id(), "s2");  // A new server session.
+  EXPECT_EQ(service_.creates(), 2);
+  EXPECT_EQ(engine.calls(), 1);
+  const SessionCounters counters = session->counters();
+  EXPECT_EQ(counters.recovery_attempts, 1);
+  EXPECT_EQ(counters.recoveries, 1);
+  EXPECT_EQ(client_->counters().recoveries, 1);
+  // The old server session, whose state no longer matched, is closed.
+  EXPECT_TRUE(service_.WaitClosed("s1"));
+
+  // What the new session got: one step, numbered as the engine's, with the
+  // five live entries in append order, then the step's own 1005.
+  std::vector<ReceivedStep> steps = service_.steps();
+  ASSERT_EQ(steps.size(), 1u);
+  EXPECT_EQ(steps[0].session_id, "s2");
+  EXPECT_EQ(steps[0].step, 2u);
+  EXPECT_THAT(steps[0].slot_ids,
+              ElementsAre(1000, 1001, 1002, 1003, 1004, 1005));
+  EXPECT_THAT(steps[0].pinned,
+              ElementsAre(false, true, false, false, false, false));
+  std::string expected_keys;
+  for (uint64_t slot : steps[0].slot_ids) {
+    const std::vector<float>& key = engine.KeyOf(slot);
+    expected_keys.append(reinterpret_cast<const char*>(key.data()),
+                         key.size() * sizeof(float));
+  }
+  EXPECT_EQ(steps[0].keys, expected_keys);
+
+  // Later steps carry only their own entries.
+  ASSERT_OK_AND_ASSIGN(StepOutcome next, session->Step(engine.Request(3)));
+  EXPECT_FALSE(next.fallback);
+  steps = service_.steps();
+  ASSERT_EQ(steps.size(), 2u);
+  EXPECT_EQ(steps[1].step, 3u);
+  EXPECT_THAT(steps[1].slot_ids, ElementsAre(1006));
+  EXPECT_THAT(steps[1].pinned, IsEmpty());
+
+  EXPECT_OK(session->Close());
+  EXPECT_TRUE(service_.WaitClosed("s2"));
+}
+
+TEST_P(RecoveryTest, ASketchedSessionResendsItsKeysProjectedAsBefore) {
+  // The engine gives full head_dim keys; the library projects them (here to
+  // 3 of 8 dimensions) and converts them to f16, for a step as for a
+  // recovery: the bytes re-sent for an entry are those first sent for it.
+  SessionConfig config = SmallConfig("window", 8, ElementType::kF16);
+  config.shape.sketch_dim = 3;
+  const std::vector<StoryStep> story = MakeStory(config.shape, 3, 3);
+  Engine engine(story);
+  ASSERT_OK_AND_ASSIGN(auto session,
+                       client_->CreateSession(config, Options(&engine)));
+  ASSERT_OK_AND_ASSIGN(StepOutcome prefill, session->Step(engine.Request(0)));
+  EXPECT_FALSE(prefill.fallback);
+  service_.swallow_steps = true;
+  ASSERT_OK_AND_ASSIGN(StepOutcome lost, session->Step(engine.Request(1)));
+  EXPECT_TRUE(lost.fallback);
+  service_.swallow_steps = false;
+  absl::SleepFor(absl::Milliseconds(120));
+  ASSERT_OK_AND_ASSIGN(StepOutcome back, session->Step(engine.Request(2)));
+  EXPECT_FALSE(back.fallback);
+
+  const std::vector<ReceivedStep> steps = service_.steps();
+  const std::vector<ReceivedStep> swallowed = service_.swallowed();
+  ASSERT_EQ(steps.size(), 2u);
+  ASSERT_EQ(swallowed.size(), 1u);
+  const ReceivedStep& first = steps[0];       // 1000..1002, on s1.
+  const ReceivedStep& resync = steps[1];      // 1000..1004, on s2.
+  const ReceivedStep& missed = swallowed[0];  // 1003, on s1.
+  EXPECT_EQ(resync.session_id, "s2");
+  ASSERT_THAT(resync.slot_ids, ElementsAre(1000, 1001, 1002, 1003, 1004));
+  const size_t per_entry = 2 * 2 * 3 * sizeof(uint16_t);  // l x kv x r, f16.
+  ASSERT_EQ(first.keys.size(), 3 * per_entry);
+  ASSERT_EQ(resync.keys.size(), 5 * per_entry);
+  EXPECT_EQ(resync.keys.substr(0, 3 * per_entry), first.keys);
+  EXPECT_EQ(resync.keys.substr(3 * per_entry, per_entry), missed.keys);
+}
+
+TEST_P(RecoveryTest, PipelinedStepsRecoverTooAndSettleTheStepInFlight) {
+  const SessionConfig config = SmallConfig("window", 3, ElementType::kF32);
+  const std::vector<StoryStep> story = MakeStory(config.shape, 0, 8);
+  Engine engine(story);
+  ASSERT_OK_AND_ASSIGN(auto session,
+                       client_->CreateSession(config, Options(&engine)));
+  service_.swallow_steps = true;
+  std::vector<StepOutcome> outcomes;
+  auto step = [&](size_t t) {
+    absl::StatusOr<std::optional<StepOutcome>> previous =
+        session->StepPipelined(engine.Request(t));
+    ASSERT_TRUE(previous.ok()) << previous.status();
+    if (previous->has_value()) {
+      engine.Free(**previous);
+      outcomes.push_back(**previous);
+    }
+  };
+  step(0);
+  step(1);  // Collects step 0: its deadline passes; degraded.
+  ASSERT_TRUE(session->degraded());
+  service_.swallow_steps = false;
+  absl::SleepFor(absl::Milliseconds(120));
+  // Step 2 recovers: step 1, in flight and local, is decided before the
+  // live entries are re-sent.
+  step(2);
+  EXPECT_FALSE(session->degraded());
+  for (size_t t = 3; t < story.size(); ++t) step(t);
+  ASSERT_OK_AND_ASSIGN(std::optional<StepOutcome> last, session->Flush());
+  ASSERT_TRUE(last.has_value());
+  outcomes.push_back(*last);
+
+  ASSERT_EQ(outcomes.size(), story.size());
+  for (size_t t = 0; t < outcomes.size(); ++t) {
+    EXPECT_EQ(outcomes[t].step, t);
+    EXPECT_EQ(outcomes[t].fallback, t < 2) << "step " << t;
+  }
+  EXPECT_EQ(session->counters().recoveries, 1);
+  // The re-sent entries are those left after step 1's local decision: 1000
+  // and 1001 live (budget 3 not reached), then the step's 1002.
+  const std::vector<ReceivedStep> steps = service_.steps();
+  ASSERT_FALSE(steps.empty());
+  EXPECT_EQ(steps[0].session_id, "s2");
+  EXPECT_EQ(steps[0].step, 2u);
+  EXPECT_THAT(steps[0].slot_ids, ElementsAre(1000, 1001, 1002));
+}
+
+TEST_P(RecoveryTest, AnAttemptBlocksAStepAtMostTheCreationDeadlineAndBacksOff) {
+  const SessionConfig config = SmallConfig("window", 4, ElementType::kF32);
+  const std::vector<StoryStep> story = MakeStory(config.shape, 0, 200);
+  Engine engine(story);
+  SessionOptions options = Options(&engine);
+  ASSERT_OK_AND_ASSIGN(auto session, client_->CreateSession(config, options));
+  service_.swallow_steps = true;
+  service_.hang_create = true;  // A server that hangs, e.g. SIGSTOPped.
+  size_t t = 0;
+  ASSERT_OK_AND_ASSIGN(StepOutcome first, session->Step(engine.Request(t++)));
+  ASSERT_TRUE(first.fallback);
+
+  // 1.6 s of steps every 20 ms. Each attempt blocks its step for the
+  // creation deadline (200 ms), not longer; the waits between attempts are
+  // 0.1, 0.2, 0.4, 0.8 s: attempts start at about 0.1, 0.5 and 1.1 s.
+  const absl::Time start = absl::Now();
+  absl::Duration longest;
+  int blocked = 0;
+  while (absl::Now() - start < absl::Milliseconds(1600)) {
+    const absl::Time before = absl::Now();
+    ASSERT_OK_AND_ASSIGN(StepOutcome outcome,
+                         session->Step(engine.Request(t++)));
+    const absl::Duration took = absl::Now() - before;
+    EXPECT_TRUE(outcome.fallback);
+    EXPECT_LE(outcome.live, config.budget);
+    engine.Free(outcome);
+    longest = std::max(longest, took);
+    if (took >= absl::Milliseconds(150)) ++blocked;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_LT(longest, options.create_deadline + absl::Milliseconds(300));
+  const SessionCounters counters = session->counters();
+  EXPECT_GE(counters.recovery_attempts, 2);
+  EXPECT_LE(counters.recovery_attempts, 4);
+  EXPECT_EQ(blocked, counters.recovery_attempts);
+  EXPECT_EQ(counters.recoveries, 0);
+  EXPECT_TRUE(session->degraded());
+  EXPECT_STATUS_CODE(session->degraded_reason(),
+                     absl::StatusCode::kDeadlineExceeded);
+  session.reset();
+}
+
+TEST_P(RecoveryTest, AFailingCallbackKeepsTheSessionLocal) {
+  const SessionConfig config = SmallConfig("window", 4, ElementType::kF32);
+  const std::vector<StoryStep> story = MakeStory(config.shape, 0, 40);
+  Engine engine(story);
+  SessionOptions options = Options(nullptr);
+  int calls = 0;
+  options.live_keys = [&calls](absl::Span<const uint64_t>,
+                               std::vector<float>*) {
+    ++calls;
+    return absl::UnavailableError("the engine's cache is being swapped");
+  };
+  ASSERT_OK_AND_ASSIGN(auto session, client_->CreateSession(config, options));
+  service_.swallow_steps = true;
+  size_t t = 0;
+  ASSERT_OK(session->Step(engine.Request(t++)));
+  ASSERT_TRUE(session->degraded());
+  service_.swallow_steps = false;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Milliseconds(400)) {
+    ASSERT_OK_AND_ASSIGN(StepOutcome outcome,
+                         session->Step(engine.Request(t++)));
+    EXPECT_TRUE(outcome.fallback);
+    EXPECT_LE(outcome.live, config.budget);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_GE(calls, 1);
+  EXPECT_EQ(session->counters().recovery_attempts, calls);
+  EXPECT_EQ(session->counters().recoveries, 0);
+  EXPECT_EQ(session->id(), "s1");
+  // Each attempt's server session was given up: none is left behind.
+  EXPECT_EQ(service_.creates(), 1 + calls);
+  for (int i = 2; i <= 1 + calls; ++i) {
+    EXPECT_TRUE(service_.WaitClosed(absl::StrCat("s", i))) << "s" << i;
+  }
+}
+
+TEST_P(RecoveryTest, WithoutACallbackADegradedSessionStaysLocal) {
+  const SessionConfig config = SmallConfig("window", 4, ElementType::kF32);
+  const std::vector<StoryStep> story = MakeStory(config.shape, 0, 30);
+  Engine engine(story);
+  ASSERT_OK_AND_ASSIGN(auto session,
+                       client_->CreateSession(config, Options(nullptr)));
+  service_.swallow_steps = true;
+  size_t t = 0;
+  ASSERT_OK(session->Step(engine.Request(t++)));
+  service_.swallow_steps = false;
+  const absl::Time start = absl::Now();
+  while (absl::Now() - start < absl::Milliseconds(400)) {
+    ASSERT_OK_AND_ASSIGN(StepOutcome outcome,
+                         session->Step(engine.Request(t++)));
+    EXPECT_TRUE(outcome.fallback);
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_TRUE(session->degraded());
+  EXPECT_EQ(session->counters().recovery_attempts, 0);
+  EXPECT_EQ(service_.creates(), 1);
+}
+
+INSTANTIATE_TEST_SUITE_P(BothStreamApis, RecoveryTest,
+                         ::testing::Values(StreamApi::kSync,
+                                           StreamApi::kCallback),
+                         [](const auto& info) {
+                           return info.param == StreamApi::kSync
+                                      ? std::string("Sync")
+                                      : std::string("Callback");
+                         });
+
+}  // namespace
+}  // namespace entrokv
