@@ -40,11 +40,43 @@ def _prepare_package() -> None:
 _prepare_package()
 
 
+# What the core library links against (for the C++ reference programs).
+ABSL = ["absl_status", "absl_statusor", "absl_strings", "absl_str_format",
+        "absl_flat_hash_set", "absl_flat_hash_map", "absl_hash", "absl_raw_hash_set"]
+
+
+def build_dir() -> str:
+    return os.environ.get("ENTROKV_BUILD_DIR", os.path.join(REPO, "build"))
+
+
+def build_cpp_reference(source: str, libs, includes=("core/include",)) -> str:
+    """Builds tests/python/cpp/`source` against the build tree's static
+    `libs` (paths under the build directory) and returns the binary; skips
+    without g++, pkg-config or the libraries. A core built with CUDA needs
+    the CUDA runtime too: the link is retried with it."""
+    libs = [os.path.join(build_dir(), p) for p in libs]
+    cxx = shutil.which("g++")
+    if cxx is None or shutil.which("pkg-config") is None or \
+            not all(os.path.exists(p) for p in libs):
+        pytest.skip(f"no g++, pkg-config or {', '.join(libs)}: "
+                    "cannot build the C++ reference")
+    absl = subprocess.run(["pkg-config", "--libs", *ABSL], check=True,
+                          capture_output=True, text=True).stdout.split()
+    out = os.path.join(tempfile.mkdtemp(), os.path.splitext(source)[0])
+    cmd = [cxx, "-std=c++20", "-O2", *(f"-I{REPO}/{d}" for d in includes),
+           os.path.join(REPO, "tests", "python", "cpp", source), *libs, *absl,
+           "-o", out]
+    cuda = ["-L/usr/local/cuda/lib64", "-lcudart_static", "-ldl", "-lrt", "-lpthread"]
+    if subprocess.run(cmd, capture_output=True).returncode != 0:
+        subprocess.run(cmd + cuda, check=True)  # Its errors show in the report.
+    return out
+
+
 def server_binary() -> str:
     env = os.environ.get("ENTROKV_SERVER_BINARY")
     if env:
         return env
-    build = os.environ.get("ENTROKV_BUILD_DIR", os.path.join(REPO, "build"))
+    build = build_dir()
     if not os.path.isabs(build):
         build = os.path.join(REPO, build)
     return os.path.join(build, "server", "entrokv-server")

@@ -17,10 +17,7 @@
 from __future__ import annotations
 
 import math
-import os
-import shutil
 import subprocess
-import tempfile
 
 import numpy as np
 import pytest
@@ -28,28 +25,14 @@ import pytest
 import entrokv
 from entrokv import Shape
 
-from conftest import REPO
+from conftest import build_cpp_reference
 
 # --- Sketches vs C++ -------------------------------------------------------------
 
 
 @pytest.fixture(scope="module")
 def projection_dump():
-    build = os.environ.get("ENTROKV_BUILD_DIR", os.path.join(REPO, "build"))
-    lib = os.path.join(build, "core", "libentrokv_core.a")
-    cxx = shutil.which("g++")
-    if cxx is None or not os.path.exists(lib) or shutil.which("pkg-config") is None:
-        pytest.skip(f"no g++ or no {lib}: cannot build the C++ reference")
-    out = os.path.join(tempfile.mkdtemp(), "projection_dump")
-    libs = subprocess.run(
-        ["pkg-config", "--libs", "absl_status", "absl_statusor", "absl_strings",
-         "absl_str_format", "absl_flat_hash_set", "absl_flat_hash_map",
-         "absl_hash", "absl_raw_hash_set"],
-        check=True, capture_output=True, text=True).stdout.split()
-    subprocess.run([cxx, "-std=c++20", "-O2", f"-I{REPO}/core/include",
-                    os.path.join(REPO, "tests/python/cpp/projection_dump.cc"),
-                    lib, *libs, "-o", out], check=True)
-    return out
+    return build_cpp_reference("projection_dump.cc", ["core/libentrokv_core.a"])
 
 
 def _cpp_sketch(binary, seed, layers, kv, qh, d, r, group_sum, scored, keys, queries):

@@ -13,10 +13,8 @@ libentrokv_tinyllama.a and g++ to build the C++ reference."""
 from __future__ import annotations
 
 import os
-import shutil
 import subprocess
 import sys
-import tempfile
 
 import pytest
 
@@ -24,7 +22,7 @@ torch = pytest.importorskip("torch")
 
 import entrokv  # noqa: E402
 
-from conftest import REPO  # noqa: E402
+from conftest import REPO, build_cpp_reference  # noqa: E402
 
 sys.path.insert(0, os.path.join(REPO, "client", "examples", "torch_tinyllama"))
 import tinyllama as tl  # noqa: E402
@@ -33,40 +31,20 @@ STORIES = 3
 MAX_TOKENS = 160
 BUDGET = 32
 
-ABSL = ["absl_status", "absl_statusor", "absl_strings", "absl_str_format",
-        "absl_flat_hash_set", "absl_flat_hash_map", "absl_hash", "absl_raw_hash_set"]
-
-
 @pytest.fixture(scope="module")
 def data():
     d = tl.data_dir()
     if not os.path.exists(os.path.join(d, "stories260K.bin")):
         pytest.skip(f"no TinyStories data at {d}")
-    model = tl.Model(os.path.join(d, "stories260K.bin"))
-    tok = tl.Tokenizer(os.path.join(d, "tok512.bin"), model.c.vocab_size)
-    return d, model, tok
+    return (d, *tl.load(d))
 
 
 @pytest.fixture(scope="module")
 def cpp_reference():
-    build = os.environ.get("ENTROKV_BUILD_DIR", os.path.join(REPO, "build"))
-    libs = [os.path.join(build, "client/examples/tinyllama/libentrokv_tinyllama.a"),
-            os.path.join(build, "core/libentrokv_core.a")]
-    cxx = shutil.which("g++")
-    if cxx is None or not all(os.path.exists(p) for p in libs):
-        pytest.skip("no g++ or no built tinyllama/core libraries for the C++ reference")
-    absl = subprocess.run(["pkg-config", "--libs", *ABSL], check=True,
-                          capture_output=True, text=True).stdout.split()
-    out = os.path.join(tempfile.mkdtemp(), "tinyllama_ref")
-    cmd = [cxx, "-std=c++20", "-O2", f"-I{REPO}/core/include",
-           f"-I{REPO}/client/examples",
-           os.path.join(REPO, "tests/python/cpp/tinyllama_ref.cc"), *libs, *absl,
-           "-o", out]
-    # A core built with CUDA needs the CUDA runtime as well.
-    cuda = ["-L/usr/local/cuda/lib64", "-lcudart_static", "-ldl", "-lrt", "-lpthread"]
-    if subprocess.run(cmd, capture_output=True).returncode != 0:
-        subprocess.run(cmd + cuda, check=True, capture_output=True)
-    return out
+    return build_cpp_reference(
+        "tinyllama_ref.cc",
+        ["client/examples/tinyllama/libentrokv_tinyllama.a", "core/libentrokv_core.a"],
+        includes=("core/include", "client/examples"))
 
 
 def run_reference(binary, d, policy):
@@ -86,21 +64,13 @@ def test_torch_engine_matches_cpp_engine(server, data, cpp_reference, policy):
     d, model, tok = data
     ref = run_reference(cpp_reference, d, policy)
     client = entrokv.Client(server.target, step_deadline=5.0, create_deadline=5.0)
-    shape = entrokv.Shape(layers=model.c.layers, kv_heads=model.c.kv_heads,
-                          q_heads=model.c.heads, head_dim=model.c.head_dim,
-                          element_type="f32")
     stories = tl.load_stories(os.path.join(d, "tinystories_valid_head.txt"), STORIES)
     assert len(stories) == len(ref) == STORIES
     for story, r in zip(stories, ref):
         tokens = tok.encode(story)[:MAX_TOKENS]
         assert tokens == r["tokens"]
-        session = None
-        if policy != "full":
-            session = client.create_session(policy, budget=BUDGET, shape=shape,
-                                             placement="cpu")
-        got = tl.evaluate(model, tokens, session)
-        if session is not None:
-            session.close()
+        got = tl.evaluate_policy(client, model, tokens,
+                                 None if policy == "full" else policy, BUDGET)
         assert got.nll_sum == pytest.approx(r["nll"], rel=1e-6, abs=1e-4)
         assert got.live_sum == r["live_sum"]
         if policy != "entropy":  # Rankings independent of float rounding.

@@ -121,7 +121,7 @@ class Model:
         hd, group = c.head_dim, c.heads // c.kv_heads
         x = self.emb[token].clone()
         qs, ks = [], []
-        live = cache.live_slots()
+        live = torch.tensor(cache.live_slots())  # One index for every layer.
         for l in range(c.layers):
             xb = self._rms(x, self.rms_att[l])
             q = self._rope(self.wq[l] @ xb, position)
@@ -131,8 +131,8 @@ class Model:
             cache.v[l, slot] = v
             qs.append(q.reshape(c.heads, hd))
             ks.append(k.reshape(c.kv_heads, hd))
-            K = cache.k[l, live].reshape(len(live), c.kv_heads, hd)
-            V = cache.v[l, live].reshape(len(live), c.kv_heads, hd)
+            K = cache.k[l, live].reshape(-1, c.kv_heads, hd)
+            V = cache.v[l, live].reshape(-1, c.kv_heads, hd)
             qh = q.reshape(c.kv_heads, group, hd)
             att = torch.einsum("kgd,nkd->kgn", qh, K) / math.sqrt(hd)
             att = torch.softmax(att, dim=-1)
@@ -224,6 +224,12 @@ class Tokenizer:
             ids[best_at:best_at + 2] = [best_id]
 
 
+def load(d: str):
+    """(Model, Tokenizer) of the data directory `d`."""
+    model = Model(os.path.join(d, "stories260K.bin"))
+    return model, Tokenizer(os.path.join(d, "tok512.bin"), model.c.vocab_size)
+
+
 def load_stories(path: str, count: int) -> List[str]:
     text = open(path, encoding="utf-8").read()
     stories = [s.strip() for s in text.split("<|endoftext|>")]
@@ -277,6 +283,22 @@ def evaluate(model: Model, tokens: List[int], session=None, lag: int = 0) -> Res
     return r
 
 
+def evaluate_policy(client, model: Model, tokens: List[int], policy: Optional[str],
+                    budget: int, lag: int = 0) -> Result:
+    """evaluate() with a new session of `policy` on `client` (None: the full
+    cache, no session), closed afterwards."""
+    if policy is None:
+        return evaluate(model, tokens, None, lag)
+    import entrokv
+    c = model.c
+    shape = entrokv.Shape(layers=c.layers, kv_heads=c.kv_heads, q_heads=c.heads,
+                          head_dim=c.head_dim, element_type="f32")
+    session = client.create_session(policy, budget=budget, shape=shape, placement="cpu")
+    r = evaluate(model, tokens, session, lag)
+    session.close()
+    return r
+
+
 def main(argv: Optional[List[str]] = None) -> int:
     import entrokv
 
@@ -291,23 +313,14 @@ def main(argv: Optional[List[str]] = None) -> int:
     ap.add_argument("--full", action="store_true", help="no eviction (full cache)")
     args = ap.parse_args(argv)
     d = data_dir(args.data)
-    model = Model(os.path.join(d, "stories260K.bin"))
-    tok = Tokenizer(os.path.join(d, "tok512.bin"), model.c.vocab_size)
+    model, tok = load(d)
     client = entrokv.Client(args.server, step_deadline=5.0, create_deadline=5.0)
-    shape = entrokv.Shape(layers=model.c.layers, kv_heads=model.c.kv_heads,
-                          q_heads=model.c.heads, head_dim=model.c.head_dim,
-                          element_type="f32")
     total_nll = total_n = total_live = 0
     for i, story in enumerate(load_stories(os.path.join(d, "tinystories_valid_head.txt"),
                                            args.stories)):
         tokens = tok.encode(story)[:min(args.max_tokens, model.c.seq_len)]
-        session = None
-        if not args.full:
-            session = client.create_session(args.policy, budget=args.budget,
-                                            shape=shape, placement="cpu")
-        r = evaluate(model, tokens, session, args.lag)
-        if session is not None:
-            session.close()
+        r = evaluate_policy(client, model, tokens, None if args.full else args.policy,
+                            args.budget, args.lag)
         total_nll += r.nll_sum
         total_n += r.predicted
         total_live += r.live_sum

@@ -1,4 +1,4 @@
-// Prints C++'s sketches for tests/python/test_sketch.py to compare with the
+// Prints C++'s sketches for tests/python/test_conformance.py to compare with the
 // Python client's, bit for bit: DefaultProjection's doubles and the floats
 // Sketcher::Keys / Sketcher::Queries produce for fixed inputs.
 //

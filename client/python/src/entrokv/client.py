@@ -30,6 +30,7 @@ thread at a time (the engine's decode loop).
 from __future__ import annotations
 
 import collections
+import functools
 import math
 import os
 import queue
@@ -172,12 +173,17 @@ def _info_from_proto(m) -> SessionInfo:
         attached=m.attached, idle=m.idle_ms / 1000.0)
 
 
+def _host_array(x: Any) -> np.ndarray:
+    """A numpy view of an engine's list, array or (torch) tensor."""
+    if hasattr(x, "detach"):  # A torch tensor.
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
 def _slot_list(slot_ids: Any) -> List[int]:
     if slot_ids is None:
         return []
-    if hasattr(slot_ids, "detach"):  # A torch tensor.
-        slot_ids = slot_ids.detach().cpu().numpy()
-    a = np.asarray(slot_ids)
+    a = _host_array(slot_ids)
     if a.size == 0:
         return []
     if a.dtype.kind not in "ui":
@@ -192,10 +198,7 @@ def _slot_list(slot_ids: Any) -> List[int]:
 def _pinned_list(pinned: Any) -> List[bool]:
     if pinned is None:
         return []
-    if hasattr(pinned, "detach"):
-        pinned = pinned.detach().cpu().numpy()
-    a = np.asarray(pinned)
-    return [bool(x) for x in a.reshape(-1).tolist()]
+    return [bool(x) for x in _host_array(pinned).reshape(-1).tolist()]
 
 
 # --- The Decode stream ---------------------------------------------------------
@@ -422,21 +425,17 @@ class Session:
             raise failed_precondition("entrokv: no step in flight")
         pending = self._in_flight.popleft()
         if pending.local:
-            return self._fallback(pending, "unavailable" if self._offline else "degraded")
+            return self._fallback_local(pending)
         if self._degraded:
             return self._fallback(pending, "degraded")
         try:
             response = self._stream.next(pending.sent + self._step_deadline)
         except EntroKvError as e:
-            self._degrade(e)
-            cause = ("deadline" if e.code == grpc.StatusCode.DEADLINE_EXCEEDED
-                     else "unavailable")
-            return self._fallback(pending, cause)
+            return self._fail_over(pending, e)
         self._counters.bytes_received += response.ByteSize()
         if len(response.results) != 1:
-            self._degrade(EntroKvError.internal(
+            return self._fail_over(pending, EntroKvError.internal(
                 f"entrokv: a step response with {len(response.results)} results"))
-            return self._fallback(pending, "unavailable")
         return self._finish(pending, response.results[0])
 
     def flush(self) -> Optional[StepOutcome]:
@@ -494,8 +493,10 @@ class Session:
 
     # -- Internals ----------------------------------------------------------------
 
-    def _validate(self, slot_ids: List[int], pinned: List[bool], keys, kkind,
-                  queries, entropy, logits) -> Tuple[float, bool]:
+    def _validate(self, slot_ids: List[int], pinned: List[bool], keys,
+                  queries, entropy, logits) -> Tuple[bool, float, bool]:
+        """(decides, entropy, has_entropy) of a valid step; raises
+        INVALID_ARGUMENT naming the field otherwise."""
         n = len(slot_ids)
         shape = self._config.shape
         key_elements = shape.full_key_elements()
@@ -509,10 +510,9 @@ class Session:
                       if decides and self._config.decide_every > 1 else "")
             raise invalid(f"queries: {queries.size} elements, expected "
                           f"{query_elements} (layers x q_heads x head_dim){suffix}")
-        if not decides:
-            self._live.check_append(slot_ids, pinned)
-            return 0.0, False
         self._live.check_append(slot_ids, pinned)
+        if not decides:
+            return False, 0.0, False
         has_logits = logits is not None and as_vector(logits, "logits")[0].size > 0
         if entropy is not None and has_logits:
             raise invalid("entropy: give the entropy or the logits, not both")
@@ -522,16 +522,16 @@ class Session:
                 raise invalid("entropy: not finite")
             if h < 0.0:
                 raise invalid(f"entropy: {'%.6g' % h} is negative")
-            return h, True
+            return True, h, True
         if has_logits:
             try:
-                return entropy_of_logits(logits), True
+                return True, entropy_of_logits(logits), True
             except EntroKvError as e:
                 raise invalid(f"logits: {e.message}") from None
         if policy_needs_entropy(self._config):
             raise invalid(f"entropy: policy {self._config.policy} reads the "
                           "entropy; give it or the logits")
-        return 0.0, False
+        return True, 0.0, False
 
     def _prepare(self, slot_ids, keys, queries, entropy, logits, pinned, out) -> None:
         try:
@@ -539,7 +539,7 @@ class Session:
             flags = _pinned_list(pinned)
             k, kkind = as_vector(keys, "append.keys")
             q, qkind = as_vector(queries, "queries")
-            h, has_entropy = self._validate(ids, flags, k, kkind, q, entropy, logits)
+            decides, h, has_entropy = self._validate(ids, flags, k, q, entropy, logits)
         except EntroKvError:
             self._counters.rejected_steps += 1
             raise
@@ -551,7 +551,6 @@ class Session:
             if flags:
                 out.append.pinned.extend(flags)
             wire = self._config.shape.element_type
-            decides = self.next_step_decides(len(ids))
             if self._sketcher.identity:
                 out.append.keys = convert(k, kkind, wire).tobytes()
                 if decides:
@@ -593,17 +592,13 @@ class Session:
                          index: int) -> StepOutcome:
         pending = self._in_flight.popleft()
         if pending.local:
-            return self._fallback(pending, "unavailable" if self._offline else "degraded")
+            return self._fallback_local(pending)
         if error is not None:
-            self._degrade(error)
-            cause = ("deadline" if error.code == grpc.StatusCode.DEADLINE_EXCEEDED
-                     else "unavailable")
-            return self._fallback(pending, cause)
+            return self._fail_over(pending, error)
         if (index < 0 or index >= len(response.results)
                 or response.results[index].session_id != self._id):
-            self._degrade(EntroKvError.internal(
+            return self._fail_over(pending, EntroKvError.internal(
                 "entrokv: a batch response without this session's result"))
-            return self._fallback(pending, "unavailable")
         result = response.results[index]
         self._counters.bytes_received += result.ByteSize()
         return self._finish(pending, result)
@@ -615,6 +610,18 @@ class Session:
         self._degraded_reason = why
         if self._stream is not None:
             self._stream.cancel()
+
+    def _fail_over(self, pending: _Pending, why: EntroKvError) -> StepOutcome:
+        """The step sent but not answered: degrade and decide it locally,
+        counted as a deadline or as the stream's failure."""
+        self._degrade(why)
+        return self._fallback(pending, "deadline"
+                              if why.code == grpc.StatusCode.DEADLINE_EXCEEDED
+                              else "unavailable")
+
+    def _fallback_local(self, pending: _Pending) -> StepOutcome:
+        """A step never sent (offline or degraded when it was prepared)."""
+        return self._fallback(pending, "unavailable" if self._offline else "degraded")
 
     def _fallback(self, pending: _Pending, cause: str) -> StepOutcome:
         evicted = self._live.streaming_evictions(self._rule)
@@ -762,17 +769,17 @@ class Client:
         create_deadline = (self.create_deadline if create_deadline is None
                            else create_deadline)
         deadline = time.monotonic() + create_deadline
+        new_session = functools.partial(
+            Session, client=self, step_deadline=step_deadline,
+            create_deadline=create_deadline, first_step=first_step, steps_done=0,
+            offline_when_unavailable=offline_when_unavailable,
+            entropy_on_client=entropy_on_client, sketcher=sketcher)
 
         def offline(why: EntroKvError) -> Session:
             if not offline_when_unavailable:
                 raise why
-            return Session(client=self, session_id="", config=cfg,
-                           step_deadline=step_deadline,
-                           create_deadline=create_deadline, first_step=first_step,
-                           steps_done=0,
-                           offline_when_unavailable=offline_when_unavailable,
-                           entropy_on_client=entropy_on_client, sketcher=sketcher,
-                           stream=None, offline_reason=why)
+            return new_session(session_id="", config=cfg, stream=None,
+                               offline_reason=why)
 
         request = pb2.CreateSessionRequest(config=_config.to_proto(cfg, pb2),
                                            session_id=session_id)
@@ -797,12 +804,8 @@ class Client:
                 _batch._break(e)
             self._close_in_background(response.session_id)
             return offline(EntroKvError(e.code, "attach: " + e.message))
-        return Session(client=self, session_id=response.session_id, config=effective,
-                       step_deadline=step_deadline, create_deadline=create_deadline,
-                       first_step=first_step, steps_done=0,
-                       offline_when_unavailable=offline_when_unavailable,
-                       entropy_on_client=entropy_on_client, sketcher=sketcher,
-                       stream=stream if _batch is None else None)
+        return new_session(session_id=response.session_id, config=effective,
+                           stream=stream if _batch is None else None)
 
     def create_batch(self) -> "DecodeBatch":
         """A batch of sessions that step together: one message (one round
@@ -824,11 +827,9 @@ class Client:
                            else create_deadline)
         step_deadline = self.step_deadline if step_deadline is None else step_deadline
         deadline = time.monotonic() + create_deadline
-        try:
-            got = self._stub.GetSession(pb2.GetSessionRequest(session_id=session_id),
-                                        timeout=_timeout(deadline))
-        except grpc.RpcError as e:
-            raise EntroKvError(e.code(), e.details() or "") from None
+        got = self._call(self._stub.GetSession,
+                         pb2.GetSessionRequest(session_id=session_id),
+                         _timeout(deadline))
         info = _info_from_proto(got.session)
         first = info.stats.last_step + 1 if info.stats.last_step is not None else 0
         sketcher = Sketcher(info.config, projection)
@@ -845,27 +846,19 @@ class Client:
                           offline_when_unavailable=offline_when_unavailable,
                           entropy_on_client=entropy_on_client, sketcher=sketcher,
                           stream=stream)
-        session._first_step = first
-        session._steps_done = info.stats.steps
         session._live.append(_slot_list(list(live_slots)), [])
         return session
 
     def get_session(self, session_id: str) -> SessionInfo:
         """The session as the server describes it. Raises NOT_FOUND."""
-        try:
-            r = self._stub.GetSession(pb2.GetSessionRequest(session_id=session_id),
-                                      timeout=self.rpc_deadline)
-        except grpc.RpcError as e:
-            raise EntroKvError(e.code(), e.details() or "") from None
+        r = self._call(self._stub.GetSession,
+                       pb2.GetSessionRequest(session_id=session_id), self.rpc_deadline)
         return _info_from_proto(r.session)
 
     def list_sessions(self) -> Tuple[List[SessionInfo], ServerInfo]:
         """Every session (ordered by id) and the server's usage and limits."""
-        try:
-            r = self._stub.ListSessions(pb2.ListSessionsRequest(),
-                                        timeout=self.rpc_deadline)
-        except grpc.RpcError as e:
-            raise EntroKvError(e.code(), e.details() or "") from None
+        r = self._call(self._stub.ListSessions, pb2.ListSessionsRequest(),
+                       self.rpc_deadline)
         s = r.server
         server = ServerInfo(sessions=s.sessions, max_sessions=s.max_sessions,
                             bytes_held=s.bytes_held, max_bytes=s.max_bytes,
@@ -877,14 +870,20 @@ class Client:
 
     def close_session(self, session_id: str) -> SessionInfo:
         """Closes a session by id and frees its state. Raises NOT_FOUND."""
-        try:
-            r = self._stub.CloseSession(pb2.CloseSessionRequest(session_id=session_id),
-                                        timeout=self.rpc_deadline)
-        except grpc.RpcError as e:
-            raise EntroKvError(e.code(), e.details() or "") from None
+        r = self._call(self._stub.CloseSession,
+                       pb2.CloseSessionRequest(session_id=session_id), self.rpc_deadline)
         return _info_from_proto(r.session)
 
     # -- Internals ----------------------------------------------------------------
+
+    @staticmethod
+    def _call(method, request, timeout: Optional[float]):
+        """A unary call (timeout in seconds, None: forever); its failure is
+        raised as EntroKvError with the status's code and details."""
+        try:
+            return method(request, timeout=timeout)
+        except grpc.RpcError as e:
+            raise EntroKvError(e.code(), e.details() or "") from None
 
     @staticmethod
     def _attach_on(stream: _Stream, session_id: str, deadline: float) -> None:

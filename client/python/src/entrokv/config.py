@@ -320,52 +320,53 @@ def _enum(value: int, names, default: str) -> str:
     raise EntroKvError.internal(f"entrokv: unknown enum value {value} in a config")
 
 
+def _opt(m, name: str, default):
+    """Field `name` of message `m` when set on the wire, else `default`."""
+    return getattr(m, name) if m.HasField(name) else default
+
+
 def from_proto(m, base: Optional[SessionConfig] = None) -> SessionConfig:
     """A SessionConfig from the wire form; absent fields take `base`'s value
     (default: C++'s defaults). The server's effective config sets them all."""
     b = base.copy() if base is not None else SessionConfig()
-    s = m.shape
+    s, bs = m.shape, b.shape
     shape = Shape(
-        layers=s.layers if s.HasField("layers") else b.shape.layers,
-        kv_heads=s.kv_heads if s.HasField("kv_heads") else b.shape.kv_heads,
-        q_heads=s.q_heads if s.HasField("q_heads") else b.shape.q_heads,
-        head_dim=s.head_dim if s.HasField("head_dim") else b.shape.head_dim,
-        element_type=_enum(s.element_type, ELEMENT_TYPES, b.shape.element_type),
-        sketch_dim=s.sketch_dim if s.HasField("sketch_dim") else b.shape.sketch_dim,
-        query_form=_enum(s.query_form, QUERY_FORMS, b.shape.query_form))
-    a = m.affinity
-    e = m.entropy_budget
+        layers=_opt(s, "layers", bs.layers),
+        kv_heads=_opt(s, "kv_heads", bs.kv_heads),
+        q_heads=_opt(s, "q_heads", bs.q_heads),
+        head_dim=_opt(s, "head_dim", bs.head_dim),
+        element_type=_enum(s.element_type, ELEMENT_TYPES, bs.element_type),
+        sketch_dim=_opt(s, "sketch_dim", bs.sketch_dim),
+        query_form=_enum(s.query_form, QUERY_FORMS, bs.query_form))
+    a, ba = m.affinity, b.affinity
+    e, be = m.entropy_budget, b.entropy_budget
     return SessionConfig(
         shape=shape,
-        budget=m.budget if m.HasField("budget") else b.budget,
+        budget=_opt(m, "budget", b.budget),
         ranking=_enum(m.ranking, RANKINGS, b.ranking),
         budget_control=_enum(m.budget_control, BUDGET_CONTROLS, b.budget_control),
         affinity=AffinityParams(
-            update=_enum(a.update, AFFINITY_UPDATES, b.affinity.update),
-            beta=a.beta if a.HasField("beta") else b.affinity.beta,
-            lambda_=getattr(a, "lambda") if a.HasField("lambda") else b.affinity.lambda_),
+            update=_enum(a.update, AFFINITY_UPDATES, ba.update),
+            beta=_opt(a, "beta", ba.beta),
+            lambda_=_opt(a, "lambda", ba.lambda_)),
         entropy_budget=EntropyBudgetParams(
-            gamma=e.gamma if e.HasField("gamma") else b.entropy_budget.gamma,
-            ema_rate=e.ema_rate if e.HasField("ema_rate") else b.entropy_budget.ema_rate,
-            epsilon=e.epsilon if e.HasField("epsilon") else b.entropy_budget.epsilon,
-            min_budget=e.min_budget if e.HasField("min_budget") else b.entropy_budget.min_budget,
-            max_budget=e.max_budget if e.HasField("max_budget") else b.entropy_budget.max_budget),
-        h2o_recent_fraction=(m.h2o.recent_fraction if m.h2o.HasField("recent_fraction")
-                             else b.h2o_recent_fraction),
-        streaming_sinks=(m.streaming_sinks if m.HasField("streaming_sinks")
-                         else b.streaming_sinks),
+            gamma=_opt(e, "gamma", be.gamma),
+            ema_rate=_opt(e, "ema_rate", be.ema_rate),
+            epsilon=_opt(e, "epsilon", be.epsilon),
+            min_budget=_opt(e, "min_budget", be.min_budget),
+            max_budget=_opt(e, "max_budget", be.max_budget)),
+        h2o_recent_fraction=_opt(m.h2o, "recent_fraction", b.h2o_recent_fraction),
+        streaming_sinks=_opt(m, "streaming_sinks", b.streaming_sinks),
         seed=m.seed or b.seed,
         protection=Protection(
-            sinks=(m.protection.sinks if m.protection.HasField("sinks")
-                   else b.protection.sinks),
-            recent=(m.protection.recent if m.protection.HasField("recent")
-                    else b.protection.recent)),
-        block_size=m.block_size if m.HasField("block_size") else b.block_size,
+            sinks=_opt(m.protection, "sinks", b.protection.sinks),
+            recent=_opt(m.protection, "recent", b.protection.recent)),
+        block_size=_opt(m, "block_size", b.block_size),
         block_reduce=_enum(m.block_reduce, BLOCK_REDUCES, b.block_reduce),
         block_summary=m.block_summary or b.block_summary,
         placement=_enum(m.placement, PLACEMENTS, b.placement),
         placement_fallback=m.placement_fallback or b.placement_fallback,
-        decide_every=m.decide_every if m.HasField("decide_every") else b.decide_every,
-        hard_ceiling=m.hard_ceiling if m.HasField("hard_ceiling") else b.hard_ceiling,
+        decide_every=_opt(m, "decide_every", b.decide_every),
+        hard_ceiling=_opt(m, "hard_ceiling", b.hard_ceiling),
         scored_layers=list(m.scored_layers) or list(b.scored_layers),
         projection_seed=m.projection_seed or b.projection_seed)

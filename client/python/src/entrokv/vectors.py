@@ -58,21 +58,23 @@ def _from_torch(x: Any, name: str) -> Tuple[np.ndarray, str]:
                   "(want float32, float16 or bfloat16)")
 
 
+def _bits(x: Any, what: str, view: Any) -> np.ndarray:
+    """The flat uint16 bit patterns of a Bf16 / F16Bits, viewed as `view`."""
+    a = np.ascontiguousarray(np.asarray(x.bits))
+    if a.dtype not in (np.uint16, np.int16):
+        raise invalid(f"{what} must be uint16, not {a.dtype}")
+    return a.view(view).reshape(-1)
+
+
 def as_vector(x: Any, name: str) -> Tuple[np.ndarray, str]:
     """(flat little-endian array, element type) of an engine's vector.
     None or an empty sequence is an empty f32 vector."""
     if x is None:
         return np.zeros(0, np.float32), "f32"
     if isinstance(x, Bf16):
-        a = np.ascontiguousarray(np.asarray(x.bits))
-        if a.dtype not in (np.uint16, np.int16):
-            raise invalid(f"{name}: Bf16 bits must be uint16, not {a.dtype}")
-        return a.view(np.uint16).reshape(-1), "bf16"
+        return _bits(x, f"{name}: Bf16 bits", np.uint16), "bf16"
     if isinstance(x, F16Bits):
-        a = np.ascontiguousarray(np.asarray(x.bits))
-        if a.dtype not in (np.uint16, np.int16):
-            raise invalid(f"{name}: F16Bits must be uint16, not {a.dtype}")
-        return a.view(np.float16).reshape(-1), "f16"
+        return _bits(x, f"{name}: F16Bits", np.float16), "f16"
     if _torch is not None and isinstance(x, _torch.Tensor):
         return _from_torch(x, name)
     a = np.asarray(x)
