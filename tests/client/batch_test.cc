@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "client_test_util.h"
 #include "entrokv/client/client.h"
+#include "fake_servers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -103,45 +104,12 @@ INSTANTIATE_TEST_SUITE_P(BothStreamApis, DecodeBatchTest,
                          ::testing::Values(StreamApi::kSync,
                                            StreamApi::kCallback));
 
-// Answers attaches, swallows steps.
-class SilentService final : public v1::EntroKv::Service {
- public:
-  grpc::Status CreateSession(grpc::ServerContext*,
-                             const v1::CreateSessionRequest* request,
-                             v1::CreateSessionResponse* response) override {
-    response->set_session_id(absl::StrCat("silent-", ++created_));
-    return grpc::Status::OK;
-  }
-  grpc::Status Decode(
-      grpc::ServerContext*,
-      grpc::ServerReaderWriter<v1::DecodeResponse, v1::DecodeRequest>* stream)
-      override {
-    v1::DecodeRequest request;
-    while (stream->Read(&request)) {
-      if (request.attach_size() > 0) {
-        v1::DecodeResponse response;
-        response.add_attach_results()->set_session_id(request.attach(0));
-        stream->Write(response);
-      }
-    }
-    return grpc::Status::OK;
-  }
-
- private:
-  std::atomic<int> created_{0};
-};
-
 TEST(DecodeBatchFallbackTest, MissedDeadlineFallsBackForEverySessionInIt) {
   SilentService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> silent = builder.BuildAndStart();
-  ASSERT_NE(silent, nullptr);
   ClientOptions client_options;
-  client_options.target = absl::StrCat("127.0.0.1:", port);
+  std::unique_ptr<grpc::Server> silent =
+      Serve(&service, &client_options.target);
+  ASSERT_NE(silent, nullptr);
   auto client = Client::Connect(client_options);
   ASSERT_TRUE(client.ok());
   auto batch = (*client)->CreateBatch();

@@ -16,6 +16,7 @@
 #include "entrokv/client/client.h"
 #include "entrokv/client/session.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
+#include "fake_servers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -26,6 +27,8 @@ namespace {
 
 using ::entrokv::testing::CoreEvictions;
 using ::entrokv::testing::MakeStory;
+using ::entrokv::testing::Serve;
+using ::entrokv::testing::SilentService;
 using ::entrokv::testing::SmallConfig;
 using ::entrokv::testing::StoryStep;
 using ::testing::ElementsAre;
@@ -265,44 +268,14 @@ INSTANTIATE_TEST_SUITE_P(BothStreamApis, ClientSessionTest,
 
 // --- A server that never answers a step: the deadline path, deterministic. --
 
-class SilentService final : public v1::EntroKv::Service {
- public:
-  grpc::Status CreateSession(grpc::ServerContext*,
-                             const v1::CreateSessionRequest*,
-                             v1::CreateSessionResponse* response) override {
-    response->set_session_id("silent");
-    return grpc::Status::OK;
-  }
-  grpc::Status Decode(
-      grpc::ServerContext* context,
-      grpc::ServerReaderWriter<v1::DecodeResponse, v1::DecodeRequest>* stream)
-      override {
-    v1::DecodeRequest request;
-    while (stream->Read(&request)) {
-      if (request.attach_size() > 0) {
-        v1::DecodeResponse response;
-        response.add_attach_results()->set_session_id(request.attach(0));
-        stream->Write(response);
-      }
-      // Steps are swallowed: never answered.
-    }
-    return grpc::Status::OK;
-  }
-};
-
 class SessionFallbackTest : public ::testing::TestWithParam<StreamApi> {};
 
 TEST_P(SessionFallbackTest, MissedDeadlineDecidesLocallyAndDegrades) {
   SilentService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> silent = builder.BuildAndStart();
-  ASSERT_NE(silent, nullptr);
   ClientOptions client_options;
-  client_options.target = absl::StrCat("127.0.0.1:", port);
+  std::unique_ptr<grpc::Server> silent =
+      Serve(&service, &client_options.target);
+  ASSERT_NE(silent, nullptr);
   ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(client_options));
 
   SessionConfig config = SmallConfig("entropy", 4);
@@ -339,15 +312,10 @@ TEST_P(SessionFallbackTest, MissedDeadlineDecidesLocallyAndDegrades) {
 
 TEST_P(SessionFallbackTest, PipelinedStepsFallBackOneStepLateToo) {
   SilentService service;
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(&service);
-  std::unique_ptr<grpc::Server> silent = builder.BuildAndStart();
-  ASSERT_NE(silent, nullptr);
   ClientOptions client_options;
-  client_options.target = absl::StrCat("127.0.0.1:", port);
+  std::unique_ptr<grpc::Server> silent =
+      Serve(&service, &client_options.target);
+  ASSERT_NE(silent, nullptr);
   ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(client_options));
   SessionConfig config = SmallConfig("window", 3);
   config.streaming_sinks = 0;

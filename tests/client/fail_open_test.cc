@@ -23,6 +23,7 @@
 #include "entrokv/client/batch.h"
 #include "entrokv/client/client.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
+#include "fake_servers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -32,6 +33,7 @@ namespace entrokv {
 namespace {
 
 using ::entrokv::testing::MakeStory;
+using ::entrokv::testing::Serve;
 using ::entrokv::testing::SmallConfig;
 using ::entrokv::testing::StartTestServer;
 using ::entrokv::testing::TestServerOptions;
@@ -114,19 +116,6 @@ class HangingService final : public v1::EntroKv::Service {
   const bool hang_create_;
   std::atomic<int> close_calls_{0};
 };
-
-// `service` served on a free loopback port; its target in `target`.
-std::unique_ptr<grpc::Server> Serve(grpc::Service* service,
-                                    std::string* target) {
-  grpc::ServerBuilder builder;
-  int port = 0;
-  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                           &port);
-  builder.RegisterService(service);
-  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
-  *target = absl::StrCat("127.0.0.1:", port);
-  return server;
-}
 
 std::unique_ptr<Client> Connect(const std::string& target) {
   ClientOptions options;
