@@ -30,12 +30,10 @@ std::optional<Sketcher> MakeSketcher(const SessionConfig& config,
   return *std::move(sketcher);
 }
 
-// The view's elements as floats.
+// The view's elements as floats, decoded in place (no temporary buffer).
 void ToFloats(const VectorView& view, std::vector<float>* out) {
-  std::string bytes;
-  AppendConverted(view, ElementType::kF32, &bytes);
   out->resize(view.size());
-  if (!bytes.empty()) std::memcpy(out->data(), bytes.data(), bytes.size());
+  DecodeElements(view.type(), view.bytes(), view.size(), out->data());
 }
 
 // Seeds a session's jitter: sessions created at once differ by address.

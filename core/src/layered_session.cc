@@ -46,10 +46,7 @@ class CadenceLayer final : public SessionState {
         limits_(limits),
         account_(std::move(account)),
         inner_(std::move(inner)),
-        bytes_per_entry_(BytesPerEntry(config.shape)),
-        key_bytes_(
-            config.shape.key_elements() *
-            static_cast<int64_t>(ElementSize(config.shape.element_type))) {}
+        bytes_per_entry_(BytesPerEntry(config.shape)) {}
 
   ~CadenceLayer() override { account_->Release(PendingBytes()); }
 
@@ -86,7 +83,6 @@ class CadenceLayer final : public SessionState {
   const std::shared_ptr<ByteAccount> account_;
   const std::unique_ptr<SessionState> inner_;
   const int64_t bytes_per_entry_;
-  const int64_t key_bytes_;
 
   // Entries appended since the last decision, in append order.
   std::vector<uint64_t> pending_ids_;
@@ -95,16 +91,12 @@ class CadenceLayer final : public SessionState {
   bool pending_any_pinned_ = false;
   // Live slots of the whole stack (below + pending), for validation.
   absl::flat_hash_set<uint64_t> live_slots_;
-  int64_t inner_live_ = 0;
   int64_t steps_ = 0;
   int64_t peak_live_ = 0;
   std::optional<uint64_t> last_step_;
 
   // Scratch.
   DecodedStep decoded_;
-  std::vector<uint64_t> batch_ids_;
-  std::vector<uint8_t> batch_pinned_;
-  std::vector<std::byte> batch_keys_;
 };
 
 absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
@@ -160,34 +152,39 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
   }
 
   // A decision: everything appended since the last one goes below as one
-  // append, older entries first.
+  // append, older entries first. The step's entries join the pending ones in
+  // place (taken back if the layer below rejects the step), so each key is
+  // copied once on its way down.
   StepInput below = input;
-  if (!pending_ids_.empty()) {
-    batch_ids_.assign(pending_ids_.begin(), pending_ids_.end());
-    batch_ids_.insert(batch_ids_.end(), input.append.slot_ids.begin(),
-                      input.append.slot_ids.end());
-    batch_keys_.assign(pending_keys_.begin(), pending_keys_.end());
-    batch_keys_.insert(batch_keys_.end(), input.append.keys.begin(),
-                       input.append.keys.end());
-    below.append.slot_ids = batch_ids_;
-    below.append.keys = batch_keys_;
-    below.append.pinned = {};
-    if (pending_any_pinned_ || !input.append.pinned.empty()) {
-      batch_pinned_.assign(pending_pinned_.begin(), pending_pinned_.end());
-      if (input.append.pinned.empty()) {
-        batch_pinned_.resize(batch_ids_.size(), 0);
-      } else {
-        batch_pinned_.insert(batch_pinned_.end(), input.append.pinned.begin(),
+  const size_t pending_entries = pending_ids_.size();
+  const size_t pending_key_bytes = pending_keys_.size();
+  const bool pending_pinned = pending_any_pinned_;
+  if (pending_entries > 0) {
+    pending_ids_.insert(pending_ids_.end(), input.append.slot_ids.begin(),
+                        input.append.slot_ids.end());
+    pending_keys_.insert(pending_keys_.end(), input.append.keys.begin(),
+                         input.append.keys.end());
+    if (input.append.pinned.empty()) {
+      pending_pinned_.resize(pending_ids_.size(), 0);
+    } else {
+      pending_pinned_.insert(pending_pinned_.end(), input.append.pinned.begin(),
                              input.append.pinned.end());
-      }
-      below.append.pinned = batch_pinned_;
     }
+    below.append.slot_ids = pending_ids_;
+    below.append.keys = pending_keys_;
+    below.append.pinned = pending_pinned || !input.append.pinned.empty()
+                              ? absl::Span<const uint8_t>(pending_pinned_)
+                              : absl::Span<const uint8_t>();
   }
-  const int64_t pending_bytes = PendingBytes();
+  const int64_t pending_bytes =
+      static_cast<int64_t>(pending_entries) * bytes_per_entry_;
   // The layer below reserves every entry it takes, pending ones included.
   account_->Release(pending_bytes);
   if (absl::Status st = inner_->Step(below, result, trace); !st.ok()) {
     account_->Restore(pending_bytes);
+    pending_ids_.resize(pending_entries);
+    pending_pinned_.resize(pending_entries);
+    pending_keys_.resize(pending_key_bytes);
     return st;
   }
   result->deferred = false;
@@ -197,7 +194,6 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
   pending_pinned_.clear();
   pending_keys_.clear();
   pending_any_pinned_ = false;
-  inner_live_ = result->live;
   ++steps_;
   last_step_ = input.step;
   peak_live_ = std::max(peak_live_, live + n);
