@@ -4,9 +4,7 @@
 #include <atomic>
 #include <chrono>
 #include <cstdint>
-#include <limits>
 #include <memory>
-#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -16,7 +14,6 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/time/time.h"
-#include "absl/types/span.h"
 #include "entrokv/core/session.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "google/protobuf/wire_format_lite.h"
@@ -24,6 +21,7 @@
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "proto/convert/config_convert.h"
 #include "server/status_conversion.h"
+#include "server/step_input.h"
 #include "spdlog/spdlog.h"
 
 namespace entrokv::server {
@@ -33,9 +31,6 @@ using ::google::protobuf::internal::WireFormatLite;
 using proto::FromProto;
 using proto::ToProto;
 
-static_assert(sizeof(bool) == 1, "pinned flags are read as bytes");
-
-constexpr uint64_t kLastStepNumber = std::numeric_limits<uint64_t>::max();
 // Session ids a status or log line names before "and N more".
 constexpr size_t kIdsNamed = 8;
 
@@ -335,17 +330,20 @@ class DecodeReactor final
             " steps in this message, more than the server's limit of ", max,
             " (--max_steps_per_session_per_message); none of them was run"));
       } else if (!attached_.contains(id)) {
-        const std::string name(id);
-        if (registry_->Contains(name)) {
-          session.refused = absl::FailedPreconditionError(
-              absl::StrCat("session_id: session ", name,
-                           " is not attached to this stream; attach it first"));
-        } else {
-          session.refused = absl::NotFoundError(
-              absl::StrCat("session_id: no open session ", name));
-        }
+        session.refused = NotHeld(id, "; attach it first");
       }
     }
+  }
+
+  // Why session `id`, which this stream does not hold, cannot be used:
+  // FailedPrecondition (`hint` appended) when it is open, else NotFound.
+  absl::Status NotHeld(absl::string_view id, absl::string_view hint) const {
+    if (registry_->Contains(std::string(id))) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session_id: session ", id, " is not attached to this stream", hint));
+    }
+    return absl::NotFoundError(
+        absl::StrCat("session_id: no open session ", id));
   }
 
   absl::Status Attach(const std::string& id) {
@@ -364,14 +362,7 @@ class DecodeReactor final
   absl::Status Detach(const std::string& id) {
     if (absl::Status status = RequireSessionId(id); !status.ok()) return status;
     auto it = attached_.find(id);
-    if (it == attached_.end()) {
-      if (registry_->Contains(id)) {
-        return absl::FailedPreconditionError(absl::StrCat(
-            "session_id: session ", id, " is not attached to this stream"));
-      }
-      return absl::NotFoundError(
-          absl::StrCat("session_id: no open session ", id));
-    }
+    if (it == attached_.end()) return NotHeld(id, "");
     const bool closed = it->second->closed();
     registry_->Detach(*it->second, this);
     attached_.erase(it);
@@ -398,49 +389,10 @@ class DecodeReactor final
       return absl::NotFoundError(absl::StrCat(
           "session_id: session ", step.session_id(), " was closed"));
     }
-    // No number follows 2^64-1: a session that started there could never
-    // step again, and one that reached it has used its numbers up.
-    const std::optional<uint64_t> last_step = entry.last_step();
-    if (!last_step.has_value() && step.step() == kLastStepNumber) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "step: ", kLastStepNumber,
-          " (2^64-1) cannot be a session's first step: no step number could "
-          "follow it; start below it"));
-    }
-    if (last_step.has_value() && *last_step == kLastStepNumber) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "step: the session's last step was ", kLastStepNumber,
-          " (2^64-1), so its step numbers are used up; close it and open a "
-          "new session"));
-    }
-
     StepInput input;
-    input.step = step.step();
-    const v1::Append& append = step.append();
-    input.append.slot_ids =
-        absl::MakeConstSpan(append.slot_ids().data(), append.slot_ids_size());
-    input.append.pinned = absl::MakeConstSpan(
-        reinterpret_cast<const uint8_t*>(append.pinned().data()),
-        append.pinned_size());
-    input.append.keys = absl::MakeConstSpan(
-        reinterpret_cast<const std::byte*>(append.keys().data()),
-        append.keys().size());
-    input.queries = absl::MakeConstSpan(
-        reinterpret_cast<const std::byte*>(step.queries().data()),
-        step.queries().size());
-    switch (step.entropy_source_case()) {
-      case v1::SessionStep::kEntropy:
-        input.entropy = step.entropy();
-        break;
-      case v1::SessionStep::kLogits:
-        if (step.logits().values_size() == 0) {
-          return absl::InvalidArgumentError("logits: empty");
-        }
-        input.logits = absl::MakeConstSpan(step.logits().values().data(),
-                                           step.logits().values_size());
-        break;
-      case v1::SessionStep::ENTROPY_SOURCE_NOT_SET:
-        break;
+    if (absl::Status status = ToStepInput(step, entry.last_step(), &input);
+        !status.ok()) {
+      return status;
     }
 
     const auto start = std::chrono::steady_clock::now();

@@ -6,8 +6,8 @@
 // with the same bytes, with the server's limits made small: budget at most
 // the per-session live-entry limit (--max_live_entries), the backend's bytes
 // capped (--max_bytes), at most kMaxStepsPerMessage steps of the session per
-// message (--max_steps_per_session_per_message), steps converted field by
-// field as DecodeReactor::RunStep() converts them. A CreateSessionRequest with
+// message (--max_steps_per_session_per_message), steps converted by the
+// server's own ToStepInput() (server/step_input.h). A CreateSessionRequest with
 // a non-empty session_id gets tight limits (kTight), so that inputs of a few
 // KiB reach the ResourceExhausted paths; an empty one the roomy limits.
 //
@@ -30,7 +30,6 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
-#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -39,7 +38,6 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
-#include "absl/types/span.h"
 #include "entrokv/core/backend.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/session.h"
@@ -47,6 +45,7 @@
 #include "fuzz/fuzz_input.h"
 #include "google/protobuf/stubs/logging.h"
 #include "proto/convert/config_convert.h"
+#include "server/step_input.h"
 
 namespace entrokv::fuzz {
 namespace {
@@ -58,7 +57,6 @@ struct Limits {
 constexpr Limits kRoomy = {4096, int64_t{16} << 20};
 constexpr Limits kTight = {16, int64_t{1} << 10};
 constexpr int kMaxStepsPerMessage = 16;
-constexpr uint64_t kLastStepNumber = std::numeric_limits<uint64_t>::max();
 
 [[noreturn]] void Fail(const char* what) {
   std::fprintf(stderr, "entrokv fuzz: contract broken: %s\n", what);
@@ -103,46 +101,6 @@ void CheckRoundTrip(const SessionConfig& config) {
   Check(a == b, "ToProto -> FromProto changed a valid config");
 }
 
-// As DecodeReactor::RunStep(): the wire step as a core StepInput. Not OK:
-// rejected by the server before core sees it.
-absl::Status ToStepInput(const v1::SessionStep& step, const SessionStats& stats,
-                         StepInput* input) {
-  if (!stats.last_step.has_value() && step.step() == kLastStepNumber) {
-    return absl::InvalidArgumentError("step: 2^64-1 as a first step");
-  }
-  if (stats.last_step.has_value() && *stats.last_step == kLastStepNumber) {
-    return absl::FailedPreconditionError("step: numbers used up");
-  }
-  input->step = step.step();
-  const v1::Append& append = step.append();
-  input->append.slot_ids =
-      absl::MakeConstSpan(append.slot_ids().data(), append.slot_ids_size());
-  input->append.pinned = absl::MakeConstSpan(
-      reinterpret_cast<const uint8_t*>(append.pinned().data()),
-      append.pinned_size());
-  input->append.keys = absl::MakeConstSpan(
-      reinterpret_cast<const std::byte*>(append.keys().data()),
-      append.keys().size());
-  input->queries = absl::MakeConstSpan(
-      reinterpret_cast<const std::byte*>(step.queries().data()),
-      step.queries().size());
-  switch (step.entropy_source_case()) {
-    case v1::SessionStep::kEntropy:
-      input->entropy = step.entropy();
-      break;
-    case v1::SessionStep::kLogits:
-      if (step.logits().values_size() == 0) {
-        return absl::InvalidArgumentError("logits: empty");
-      }
-      input->logits = absl::MakeConstSpan(step.logits().values().data(),
-                                          step.logits().values_size());
-      break;
-    case v1::SessionStep::ENTROPY_SOURCE_NOT_SET:
-      break;
-  }
-  return absl::OkStatus();
-}
-
 bool SameResult(const StepResult& a, const StepResult& b) {
   return a.evicted == b.evicted && a.live == b.live && a.budget == b.budget &&
          (a.entropy == b.entropy ||
@@ -155,7 +113,8 @@ void RunStep(const v1::SessionStep& step, const Backend& backend,
              SessionState& session, SessionState& twin) {
   const SessionStats before = session.Stats();
   StepInput input;
-  if (absl::Status wire = ToStepInput(step, before, &input); !wire.ok()) {
+  if (absl::Status wire = server::ToStepInput(step, before.last_step, &input);
+      !wire.ok()) {
     Note("step (server)", wire);
     return;
   }

@@ -215,21 +215,12 @@ TEST_F(BadStepTest, AttachUnknownSessionLeavesStreamUsable) {
 class LimitTest : public ServerTest {
  protected:
   absl::StatusOr<std::string> Create(const SessionConfig& config) {
-    absl::StatusOr<v1::CreateSessionResponse> created =
-        CreateSession(stub_.get(), ToWireConfig(config));
-    if (!created.ok()) return created.status();
-    return created->session_id();
+    return CreateSessionId(stub_.get(), config);
   }
 };
 
 SessionConfig FixedWindow(int64_t budget) {
-  SessionConfig config;
-  config.shape = SmallShape(ElementType::kF32);
-  config.budget = budget;
-  config.ranking = Ranking::kWindow;
-  config.budget_control = BudgetControl::kFixed;
-  config.placement = Placement::kCpu;
-  return config;
+  return WindowConfig(budget, ElementType::kF32);
 }
 
 TEST_F(LimitTest, MaxLiveEntriesPerSession) {
@@ -322,15 +313,7 @@ class StepNumberTest : public ServerTest {
  protected:
   void SetUp() override {
     StartServer();
-    SessionConfig config;
-    config.shape = SmallShape(ElementType::kF32);
-    config.budget = 8;
-    config.ranking = Ranking::kWindow;
-    config.budget_control = BudgetControl::kFixed;
-    config.placement = Placement::kCpu;
-    ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse created,
-                         CreateSession(stub_.get(), ToWireConfig(config)));
-    id_ = created.session_id();
+    ASSERT_OK_AND_ASSIGN(id_, CreateSessionId(stub_.get(), FixedWindow(8)));
     stream_ = std::make_unique<DecodeStream>(stub_.get());
     ASSERT_OK(stream_->Attach(id_));
   }

@@ -55,26 +55,16 @@ std::string EmptySteps(int n) {
   return out;
 }
 
-SessionConfig WindowConfig(int64_t budget) {
-  SessionConfig config;
-  config.shape = SmallShape(ElementType::kF16);
-  config.budget = budget;
-  config.ranking = Ranking::kWindow;
-  config.budget_control = BudgetControl::kFixed;
-  config.placement = Placement::kCpu;
-  return config;
-}
-
 // ---------------------------------------------------------------------------
 // Malformed messages.
 
 class MalformedInputTest : public ServerTest {
  protected:
   std::string Create() {
-    absl::StatusOr<v1::CreateSessionResponse> created =
-        CreateSession(stub_.get(), ToWireConfig(WindowConfig(8)));
-    EXPECT_TRUE(created.ok()) << created.status();
-    return created.ok() ? created->session_id() : "";
+    absl::StatusOr<std::string> id =
+        CreateSessionId(stub_.get(), WindowConfig(8));
+    EXPECT_TRUE(id.ok()) << id.status();
+    return id.value_or("");
   }
 };
 
@@ -146,10 +136,8 @@ class MessageLimitTest : public ServerTest {};
 // although every one of them was a good step.
 TEST_F(MessageLimitTest, OverLongDecodeMessageRunsNoneOfItsSteps) {
   StartServer();
-  ASSERT_OK_AND_ASSIGN(
-      v1::CreateSessionResponse created,
-      CreateSession(stub_.get(), ToWireConfig(WindowConfig(8))));
-  const std::string id = created.session_id();
+  ASSERT_OK_AND_ASSIGN(const std::string id,
+                       CreateSessionId(stub_.get(), WindowConfig(8)));
   {
     DecodeStream stream(stub_.get());
     ASSERT_OK(stream.Attach(id));

@@ -26,16 +26,6 @@ namespace {
 using ::testing::ElementsAreArray;
 using ::testing::HasSubstr;
 
-SessionConfig WindowConfig(int64_t budget) {
-  SessionConfig config;
-  config.shape = SmallShape();
-  config.budget = budget;
-  config.ranking = Ranking::kWindow;
-  config.budget_control = BudgetControl::kFixed;
-  config.placement = Placement::kCpu;
-  return config;
-}
-
 SessionConfig EntropyConfig(int64_t budget) {
   SessionConfig config;
   config.shape = SmallShape();

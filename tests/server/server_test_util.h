@@ -410,6 +410,18 @@ inline Shape SmallShape(ElementType type = ElementType::kF16) {
   return shape;
 }
 
+// A fixed-budget window session of SmallShape(type) on the CPU.
+inline SessionConfig WindowConfig(int64_t budget,
+                                  ElementType type = ElementType::kF16) {
+  SessionConfig config;
+  config.shape = SmallShape(type);
+  config.budget = budget;
+  config.ranking = Ranking::kWindow;
+  config.budget_control = BudgetControl::kFixed;
+  config.placement = Placement::kCpu;
+  return config;
+}
+
 inline v1::Shape ToProtoShape(const Shape& shape) {
   v1::Shape out;
   out.set_layers(shape.layers);
@@ -478,6 +490,15 @@ inline v1::SessionConfig ToWireConfig(const SessionConfig& config) {
       break;
   }
   return out;
+}
+
+// Creates a session of `config`; its id.
+inline absl::StatusOr<std::string> CreateSessionId(
+    v1::EntroKv::Stub* stub, const SessionConfig& config) {
+  absl::StatusOr<v1::CreateSessionResponse> created =
+      CreateSession(stub, ToWireConfig(config));
+  if (!created.ok()) return created.status();
+  return created->session_id();
 }
 
 }  // namespace entrokv::server::testing
