@@ -10,17 +10,16 @@
 //                            scored exactly, at equal mean live entries
 //   --json                   machine-readable output instead
 
-#include <algorithm>
 #include <cstdio>
 #include <iostream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "entrokv/core/config.h"
@@ -122,23 +121,10 @@ absl::StatusOr<RunOptions> OptionsFromFlags() {
     return absl::InvalidArgumentError(
         "--query_form: want per_head or group_sum");
   }
-  const std::string layers = absl::GetFlag(FLAGS_scored_layers);
-  if (layers != "all") {
-    for (absl::string_view part :
-         absl::StrSplit(layers, ',', absl::SkipEmpty())) {
-      int32_t l = 0;
-      if (!absl::SimpleAtoi(part, &l) || l < 0 || l >= shape.layers) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--scored_layers: '", part, "' is not a layer of 0..",
-                         shape.layers - 1));
-      }
-      c.scored_layers.push_back(l);
-    }
-    std::sort(c.scored_layers.begin(), c.scored_layers.end());
-    if (static_cast<int32_t>(c.scored_layers.size()) == shape.layers) {
-      c.scored_layers.clear();
-    }
-  }
+  absl::StatusOr<std::vector<int32_t>> layers =
+      ParseScoredLayers(absl::GetFlag(FLAGS_scored_layers), shape.layers);
+  if (!layers.ok()) return layers.status();
+  c.scored_layers = *std::move(layers);
   c.decide_every = absl::GetFlag(FLAGS_decide_every);
   c.block_size = absl::GetFlag(FLAGS_block_size);
   c.block_summary = absl::GetFlag(FLAGS_block_summary);

@@ -5,7 +5,6 @@
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_join.h"
 #include "entrokv/core/backend.h"
 #include "entrokv/core/metrics.h"
 #include "entrokv/core/session.h"
@@ -13,25 +12,6 @@
 #include "entrokv/core/status_macros.h"
 
 namespace entrokv::sim {
-
-namespace {
-
-// Rows of the scored layers out of a [layer][per_layer] vector (all of it
-// when `layers` is empty).
-void SelectLayers(const std::vector<int32_t>& layers, int64_t per_layer,
-                  const std::vector<float>& all, std::vector<float>* out) {
-  if (layers.empty()) {
-    *out = all;
-    return;
-  }
-  out->clear();
-  for (const int32_t l : layers) {
-    const auto begin = all.begin() + int64_t{l} * per_layer;
-    out->insert(out->end(), begin, begin + per_layer);
-  }
-}
-
-}  // namespace
 
 SessionConfig SessionFor(const RunOptions& options) {
   SessionConfig config = options.session;
@@ -98,12 +78,14 @@ absl::StatusOr<RunResult> Run(const RunOptions& options) {
     // sends is derived from those.
     round(step.key, &rounded_key);
     round(step.query, &rounded_query);
-    SelectLayers(config.scored_layers, int64_t{full.kv_heads} * full.head_dim,
-                 rounded_key, &selected);
+    ENTROKV_RETURN_IF_ERROR(SelectScoredLayers(
+        config.scored_layers, int64_t{full.kv_heads} * full.head_dim,
+        rounded_key, &selected));
     sketcher.Keys(selected, 1, &wire);
     encode(wire, &key_bytes);
-    SelectLayers(config.scored_layers, int64_t{full.q_heads} * full.head_dim,
-                 rounded_query, &selected);
+    ENTROKV_RETURN_IF_ERROR(SelectScoredLayers(
+        config.scored_layers, int64_t{full.q_heads} * full.head_dim,
+        rounded_query, &selected));
     sketcher.Queries(selected, &wire);
     encode(wire, &query_bytes);
     const uint64_t slot = static_cast<uint64_t>(t);
@@ -311,36 +293,6 @@ absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
   return rows;
 }
 
-SessionConfig ExactScoring(SessionConfig config) {
-  config.shape.sketch_dim = 0;
-  config.shape.query_form = QueryForm::kPerHead;
-  config.scored_layers.clear();
-  config.decide_every = 1;
-  config.hard_ceiling = 0;
-  config.block_summary = false;
-  return config;
-}
-
-std::string VariantName(const SessionConfig& config) {
-  std::vector<std::string> parts;
-  if (config.shape.sketch_dim > 0) parts.push_back(SketchName(config.shape));
-  if (config.shape.query_form != QueryForm::kPerHead) {
-    parts.emplace_back(QueryFormName(config.shape.query_form));
-  }
-  if (!config.scored_layers.empty()) {
-    parts.push_back(
-        absl::StrCat("layers:", absl::StrJoin(config.scored_layers, ",")));
-  }
-  if (config.decide_every > 1) {
-    parts.push_back(absl::StrCat("every:", config.decide_every));
-  }
-  if (config.block_size > 1) {
-    parts.push_back(absl::StrCat("block:", config.block_size));
-  }
-  if (config.block_summary) parts.emplace_back("summary");
-  return parts.empty() ? "exact" : absl::StrJoin(parts, " ");
-}
-
 absl::StatusOr<Calibration> Calibrate(const RunOptions& options,
                                       double target) {
   RunOptions o = options;
@@ -387,14 +339,6 @@ absl::StatusOr<Calibration> Calibrate(const RunOptions& options,
   c.recall = Summarize(c.lo.recall).mean +
              w * (Summarize(c.hi.recall).mean - Summarize(c.lo.recall).mean);
   return c;
-}
-
-void ScaleRatesWithCadence(SessionConfig* config) {
-  const int k = config->decide_every;
-  if (k <= 1) return;
-  config->affinity.lambda = std::pow(config->affinity.lambda, k);
-  config->entropy_budget.ema_rate =
-      1.0 - std::pow(1.0 - config->entropy_budget.ema_rate, k);
 }
 
 absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& variant,

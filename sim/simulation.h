@@ -13,6 +13,7 @@
 #include "absl/status/statusor.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/synthetic.h"
+#include "scoring_variant.h"
 
 namespace entrokv::sim {
 
@@ -98,13 +99,6 @@ struct ComparisonRow {
 absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
                                                    double target_mean_live);
 
-// The same policy scored exactly: no sketch, per-head queries, every layer,
-// a decision every step, per-token state (the block size stays).
-SessionConfig ExactScoring(SessionConfig config);
-// "exact", or the cheaper-scoring parts of `config`: "project:4 group_sum
-// layers:0,1 every:4 block:4 summary".
-std::string VariantName(const SessionConfig& config);
-
 // A run at a target mean live count: the two adjacent nominal budgets whose
 // mean live entries bracket it (lo <= target < hi = lo + 1), found by
 // bisection, both run with quality metrics; the memory error is interpolated
@@ -148,11 +142,6 @@ absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& variant,
 absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& exact,
                                             const RunOptions& variant,
                                             double target_mean_live);
-
-// With decide_every K > 1, the ranking state and the entropy EMA advance
-// once per decision; λ → λ^K and r → 1 − (1 − r)^K make them span as many
-// steps as λ and r do when every step decides.
-void ScaleRatesWithCadence(SessionConfig* config);
 
 }  // namespace entrokv::sim
 

@@ -21,6 +21,7 @@ namespace entrokv::tinyllama {
 namespace {
 
 using ::entrokv::tinyllama::testing::DataDirOrEmpty;
+using ::entrokv::tinyllama::testing::ScoringCase;
 
 class GrpcDeciderTest : public ::testing::Test {
  protected:
@@ -104,16 +105,7 @@ TEST_F(GrpcDeciderTest, SameEvictionsAsInProcessForCheaperScoring) {
   // In process the decider sketches, group-sums, selects layers and skips
   // the queries of non-decision steps itself; over gRPC the client library
   // does the sketching and the summing. Same story, same evictions.
-  struct Case {
-    const char* policy;
-    int32_t sketch_dim;
-    QueryForm form;
-    std::vector<int32_t> layers;
-    int32_t decide_every;
-    int32_t block_size;
-    bool block_summary;
-  };
-  const std::vector<Case> cases = {
+  const std::vector<ScoringCase> cases = {
       {"entropy", 4, QueryForm::kGroupSum, {}, 1, 1, false},
       {"affinity", 2, QueryForm::kPerHead, {}, 1, 1, false},
       {"tova", 4, QueryForm::kPerHead, {0, 2, 4}, 4, 1, false},
@@ -121,23 +113,11 @@ TEST_F(GrpcDeciderTest, SameEvictionsAsInProcessForCheaperScoring) {
       {"entropy", 4, QueryForm::kGroupSum, {1, 3}, 4, 4, true},
       {"affinity", 0, QueryForm::kPerHead, {}, 1, 4, false},
   };
-  for (const Case& c : cases) {
+  for (const ScoringCase& c : cases) {
     SessionConfig config = EngineSessionConfig(model_->config(), 24);
     ASSERT_OK(ApplyPolicyName(c.policy, &config));
-    config.shape.sketch_dim = c.sketch_dim;
-    config.shape.query_form = c.form;
-    config.scored_layers = c.layers;
-    if (!c.layers.empty()) {
-      config.shape.layers = static_cast<int32_t>(c.layers.size());
-    }
-    config.decide_every = c.decide_every;
-    config.block_size = c.block_size;
-    config.block_summary = c.block_summary;
-    SCOPED_TRACE(absl::StrCat(
-        PolicyName(config), " ", SketchName(config.shape), " ",
-        std::string(QueryFormName(config.shape.query_form)), " layers ",
-        config.shape.layers, " every ", c.decide_every, " block ", c.block_size,
-        c.block_summary ? " summary" : ""));
+    c.ApplyTo(&config);
+    SCOPED_TRACE(c.Describe(config));
     for (int lag : {0, 1}) {
       ASSERT_OK_AND_ASSIGN(SequenceResult local,
                            Run(local_.get(), config, 0, lag));

@@ -4,6 +4,7 @@
 #ifndef ENTROKV_TESTS_EVAL_REFERENCE_H_
 #define ENTROKV_TESTS_EVAL_REFERENCE_H_
 
+#include <cstdint>
 #include <cstdio>
 #include <filesystem>
 #include <string>
@@ -13,6 +14,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "entrokv/core/config.h"
 #include "tinyllama/evaluator.h"
 
 namespace entrokv::tinyllama::testing {
@@ -87,6 +89,39 @@ inline absl::StatusOr<std::vector<ReferenceStory>> ReferenceNll(
   }
   return stories;
 }
+
+// A cheaper way of scoring one policy, as the decider tests run it.
+struct ScoringCase {
+  const char* policy;
+  int32_t sketch_dim;
+  QueryForm form;
+  std::vector<int32_t> layers;  // Scored layers (empty: all).
+  int32_t decide_every;
+  int32_t block_size;
+  bool block_summary;
+
+  // Sets the case's variant fields of `config` (the policy is the caller's).
+  void ApplyTo(SessionConfig* config) const {
+    config->shape.sketch_dim = sketch_dim;
+    config->shape.query_form = form;
+    config->scored_layers = layers;
+    if (!layers.empty()) {
+      config->shape.layers = static_cast<int32_t>(layers.size());
+    }
+    config->decide_every = decide_every;
+    config->block_size = block_size;
+    config->block_summary = block_summary;
+  }
+
+  // For SCOPED_TRACE.
+  std::string Describe(const SessionConfig& config) const {
+    return absl::StrCat(PolicyName(config), " ", SketchName(config.shape), " ",
+                        std::string(QueryFormName(config.shape.query_form)),
+                        " layers ", config.shape.layers, " every ",
+                        decide_every, " block ", block_size,
+                        block_summary ? " summary" : "");
+  }
+};
 
 }  // namespace entrokv::tinyllama::testing
 

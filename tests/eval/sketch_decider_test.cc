@@ -24,6 +24,7 @@ namespace entrokv::tinyllama {
 namespace {
 
 using ::entrokv::tinyllama::testing::DataDirOrEmpty;
+using ::entrokv::tinyllama::testing::ScoringCase;
 
 // One step as the engine reported it, and the decider's answer.
 struct RecordedStep {
@@ -120,17 +121,8 @@ class SketchDeciderTest : public ::testing::Test {
 };
 
 TEST_F(SketchDeciderTest, EvictsAsCoreFedWithSketcherOutput) {
-  struct Case {
-    const char* policy;
-    int32_t sketch_dim;
-    QueryForm form;
-    std::vector<int32_t> layers;
-    int32_t decide_every;
-    int32_t block_size;
-    bool block_summary;
-  };
   const int model_layers = model_->config().layers;
-  const std::vector<Case> cases = {
+  const std::vector<ScoringCase> cases = {
       {"entropy", 4, QueryForm::kGroupSum, {}, 1, 1, false},
       {"affinity", 2, QueryForm::kPerHead, {0, 2, 4}, 1, 1, false},
       {"tova", 4, QueryForm::kPerHead, {1, 3}, 4, 1, false},
@@ -138,23 +130,11 @@ TEST_F(SketchDeciderTest, EvictsAsCoreFedWithSketcherOutput) {
       {"keynorm", 2, QueryForm::kGroupSum, {4}, 1, 4, true},
       {"h2o", 0, QueryForm::kPerHead, {}, 4, 4, false},
   };
-  for (const Case& c : cases) {
+  for (const ScoringCase& c : cases) {
     SessionConfig config = Config(c.policy, 32);
-    config.shape.sketch_dim = c.sketch_dim;
-    config.shape.query_form = c.form;
-    config.scored_layers = c.layers;
-    if (!c.layers.empty()) {
-      config.shape.layers = static_cast<int32_t>(c.layers.size());
-    }
-    config.decide_every = c.decide_every;
-    config.block_size = c.block_size;
-    config.block_summary = c.block_summary;
+    c.ApplyTo(&config);
     config.projection_seed = 7;
-    SCOPED_TRACE(absl::StrCat(
-        PolicyName(config), " ", SketchName(config.shape), " ",
-        std::string(QueryFormName(config.shape.query_form)), " layers ",
-        config.shape.layers, " every ", c.decide_every, " block ", c.block_size,
-        c.block_summary ? " summary" : ""));
+    SCOPED_TRACE(c.Describe(config));
     std::vector<RecordedStep> steps;
     ASSERT_OK_AND_ASSIGN(SequenceResult result, Record(config, &steps));
     EXPECT_GT(result.evicted, 0);

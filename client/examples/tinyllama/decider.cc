@@ -125,33 +125,6 @@ class InProcessDecider : public Decider {
 
 }  // namespace
 
-absl::Status SelectScoredLayers(const std::vector<int32_t>& layers,
-                                int64_t per_layer, absl::Span<const float> all,
-                                std::vector<float>* out) {
-  if (per_layer <= 0 || all.size() % static_cast<size_t>(per_layer) != 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("scored layers: ", all.size(),
-                     " elements are not whole layers of ", per_layer));
-  }
-  if (layers.empty()) {
-    out->assign(all.begin(), all.end());
-    return absl::OkStatus();
-  }
-  const int64_t model_layers = static_cast<int64_t>(all.size()) / per_layer;
-  out->clear();
-  out->reserve(layers.size() * static_cast<size_t>(per_layer));
-  for (const int32_t l : layers) {
-    if (l < 0 || l >= model_layers) {
-      return absl::InvalidArgumentError(absl::StrCat("scored_layers: layer ", l,
-                                                     " is beyond the engine's ",
-                                                     model_layers, " layers"));
-    }
-    const float* begin = all.data() + int64_t{l} * per_layer;
-    out->insert(out->end(), begin, begin + per_layer);
-  }
-  return absl::OkStatus();
-}
-
 absl::StatusOr<std::unique_ptr<Decider>> CreateInProcessDecider(
     BackendKind kind) {
   ENTROKV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,

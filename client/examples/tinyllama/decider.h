@@ -11,10 +11,10 @@
 // head_dim columns. A session's configuration may ask for less
 // (SessionConfig::scored_layers, Shape::sketch_dim, Shape::query_form,
 // decide_every); each decider then sends what the configuration names, as an
-// engine would: only the scored layers (SelectScoredLayers), projected and
-// group-summed by entrokv::Sketcher (the in-process decider applies it itself,
-// the client library does for the gRPC one), and no queries or entropy on a
-// step that decides nothing.
+// engine would: only the scored layers (SelectScoredLayers, in
+// scoring_variant.h), projected and group-summed by entrokv::Sketcher (the
+// in-process decider applies it itself, the client library does for the gRPC
+// one), and no queries or entropy on a step that decides nothing.
 //
 // Thread-safety: a Decider's Open() is thread-safe; a DeciderSession belongs to
 // one decode loop.
@@ -32,6 +32,7 @@
 #include "absl/types/span.h"
 #include "entrokv/core/backend.h"
 #include "entrokv/core/config.h"
+#include "scoring_variant.h"
 
 namespace entrokv::tinyllama {
 
@@ -77,14 +78,6 @@ class Decider {
   virtual absl::StatusOr<std::unique_ptr<DeciderSession>> Open(
       const SessionConfig& config) = 0;
 };
-
-// The engine's side of SessionConfig::scored_layers: the rows of the scored
-// layers out of `all`, a [model layer][per_layer] vector. Empty `layers`: all
-// of `all`. InvalidArgument when `all` is not a whole number of layers or a
-// scored layer is beyond it.
-absl::Status SelectScoredLayers(const std::vector<int32_t>& layers,
-                                int64_t per_layer, absl::Span<const float> all,
-                                std::vector<float>* out);
 
 // Decisions from entrokv core in this process, on `kind`'s backend.
 absl::StatusOr<std::unique_ptr<Decider>> CreateInProcessDecider(

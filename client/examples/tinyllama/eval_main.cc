@@ -157,7 +157,7 @@ namespace {
 struct Run {
   SessionConfig config;  // Budget, policy and variant.
   std::string policy;
-  std::string variant;  // VariantName(config).
+  std::string variant;  // VariantLabel(config).
   int lag = 0;
   bool record_evictions = false;
   // Results.
@@ -202,21 +202,11 @@ absl::Status ApplyVariant(const ModelConfig& model, SessionConfig* config) {
                      "'; want per_head or group_sum"));
   }
   const std::string layers = absl::GetFlag(FLAGS_scored_layers);
-  config->scored_layers.clear();
   if (layers == "default") {
     config->scored_layers = DefaultScoredLayers(model.layers);
-  } else if (layers != "all") {
-    for (absl::string_view part :
-         absl::StrSplit(layers, ',', absl::SkipEmpty())) {
-      int32_t l = 0;
-      if (!absl::SimpleAtoi(part, &l) || l < 0 || l >= model.layers) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("--scored_layers: '", part, "' is not a layer of 0..",
-                         model.layers - 1));
-      }
-      config->scored_layers.push_back(l);
-    }
-    std::sort(config->scored_layers.begin(), config->scored_layers.end());
+  } else {
+    ENTROKV_ASSIGN_OR_RETURN(config->scored_layers,
+                             ParseScoredLayers(layers, model.layers));
   }
   if (static_cast<int32_t>(config->scored_layers.size()) == model.layers) {
     config->scored_layers.clear();  // All of them: the plain shape.
@@ -231,54 +221,21 @@ absl::Status ApplyVariant(const ModelConfig& model, SessionConfig* config) {
   return absl::OkStatus();
 }
 
-// The same policy scored exactly: every model layer, full head_dim, one query
-// per q head, a decision every step, per-token state; the block size stays
-// (block eviction is a granularity, not an approximation of scoring).
+// The same policy scored exactly (entrokv::ExactScoring) with every model
+// layer in its shape.
 SessionConfig ExactScoring(const ModelConfig& model, SessionConfig config) {
-  config.shape.sketch_dim = 0;
-  config.shape.query_form = QueryForm::kPerHead;
+  config = entrokv::ExactScoring(std::move(config));
   config.shape.layers = model.layers;
-  config.scored_layers.clear();
-  config.decide_every = 1;
-  config.hard_ceiling = 0;
-  config.block_summary = false;
   return config;
 }
 
-// "exact", or the variant's parts: "project:4 group_sum every:4 block:4
-// summary layers:0,2,4".
-std::string VariantName(const SessionConfig& config) {
-  std::vector<std::string> parts;
-  if (config.shape.sketch_dim > 0) parts.push_back(SketchName(config.shape));
-  if (config.shape.query_form != QueryForm::kPerHead) {
-    parts.emplace_back(QueryFormName(config.shape.query_form));
-  }
-  if (!config.scored_layers.empty()) {
-    parts.push_back(
-        absl::StrCat("layers:", absl::StrJoin(config.scored_layers, ",")));
-  }
-  if (config.decide_every > 1) {
-    parts.push_back(absl::StrCat("every:", config.decide_every));
-  }
-  if (config.block_size > 1) {
-    parts.push_back(absl::StrCat("block:", config.block_size));
-  }
-  if (config.block_summary) parts.emplace_back("summary");
+// VariantName, with " scaled-rates" when --cadence_scaled_rates applies.
+std::string VariantLabel(const SessionConfig& config) {
+  std::string name = VariantName(config);
   if (config.decide_every > 1 && absl::GetFlag(FLAGS_cadence_scaled_rates)) {
-    parts.emplace_back("scaled-rates");
+    absl::StrAppend(&name, " scaled-rates");
   }
-  return parts.empty() ? "exact" : absl::StrJoin(parts, " ");
-}
-
-// The ranking state and the entropy EMA advance once per decision: with a
-// decision every K steps, λ^K and 1 − (1 − r)^K span as many tokens as λ
-// and r do when every step decides.
-void ScaleRatesWithCadence(SessionConfig* config) {
-  const int k = config->decide_every;
-  if (k <= 1) return;
-  config->affinity.lambda = std::pow(config->affinity.lambda, k);
-  config->entropy_budget.ema_rate =
-      1.0 - std::pow(1.0 - config->entropy_budget.ema_rate, k);
+  return name;
 }
 
 // A policy with the variant flags applied, and the same policy scored
@@ -325,7 +282,7 @@ absl::StatusOr<std::vector<PolicyPair>> Policies(const ModelConfig& model,
     config.budget = 1 << 20;
     if (absl::Status st = ValidateSessionConfig(config); !st.ok()) {
       return absl::Status(
-          st.code(), absl::StrCat(PolicyName(config), " ", VariantName(config),
+          st.code(), absl::StrCat(PolicyName(config), " ", VariantLabel(config),
                                   ": ", st.message()));
     }
     config.budget = 1;
@@ -468,7 +425,7 @@ class FidelitySweep {
     run.config = curve->config;
     run.config.budget = budget;
     run.policy = PolicyName(run.config);
-    run.variant = VariantName(run.config);
+    run.variant = VariantLabel(run.config);
     run.record_evictions = record_evictions_;
     ENTROKV_RETURN_IF_ERROR(Evaluate(model_, stories_, decider_, &run));
     std::printf(
@@ -691,10 +648,10 @@ absl::Status Fidelity(const Model& model,
   std::vector<Curve> curves;
   std::vector<SessionConfig> policies;
   for (const auto& [exact, policy] : pairs) {
-    if (VariantName(exact) == VariantName(policy)) {
+    if (VariantLabel(exact) == VariantLabel(policy)) {
       return absl::InvalidArgumentError(
           absl::StrCat("--fidelity: the variant flags name exact scoring (",
-                       VariantName(policy),
+                       VariantLabel(policy),
                        "); give a sketch, group_sum, scored layers, "
                        "--decide_every or --block_summary"));
     }
@@ -776,7 +733,7 @@ absl::Status Fidelity(const Model& model,
         overlap = CompareEvictions(*same_exact, *same_variant);
       }
       const std::string policy = PolicyName(policies[i]);
-      const std::string variant = VariantName(policies[i]);
+      const std::string variant = VariantLabel(policies[i]);
       absl::StrAppend(
           &md, "| ", policy, " | ", variant, " | ", targets[t], " | ",
           Num(e.ppl, 4), " | ", Num(v.ppl, 4), " | ",
@@ -1189,41 +1146,35 @@ absl::Status Protocol(const Model& model,
               : std::vector<double>{0.5, 0.25, 0.75};
     const std::vector<int64_t> sinks =
         quick ? std::vector<int64_t>{4, 1} : std::vector<int64_t>{4, 1, 16};
-    for (double l : lambdas) {
-      SessionConfig c = tuned_affinity;
-      c.affinity.lambda = l;
-      add("affinity", ParamsOf(c), c);
-    }
-    for (double b : seed_betas) {
-      SessionConfig c = tuned_affinity;
-      c.affinity.update = AffinityUpdate::kSeed;
-      c.affinity.beta = b;
-      add("affinity", ParamsOf(c), c);
-    }
-    for (double g : gammas) {
-      SessionConfig c = tuned_entropy;
-      c.entropy_budget.gamma = g;
-      add("entropy", ParamsOf(c), c);
-    }
-    for (double f : fractions) {
-      SessionConfig c = tuned_h2o;
-      c.h2o.recent_fraction = f;
-      add("h2o", ParamsOf(c), c);
-    }
-    for (int64_t k : sinks) {
-      SessionConfig c = tuned_streaming;
-      c.streaming_sinks = k;
-      add("streaming", ParamsOf(c), c);
-    }
+    // One candidate per value: `base` with `set(config, value)` applied.
+    auto add_each = [&](const std::string& group, const SessionConfig& base,
+                        const auto& values, auto set) {
+      for (const auto v : values) {
+        SessionConfig c = base;
+        set(c, v);
+        add(group, ParamsOf(c), c);
+      }
+    };
+    add_each("affinity", tuned_affinity, lambdas,
+             [](SessionConfig& c, double l) { c.affinity.lambda = l; });
+    add_each("affinity", tuned_affinity, seed_betas,
+             [](SessionConfig& c, double b) {
+               c.affinity.update = AffinityUpdate::kSeed;
+               c.affinity.beta = b;
+             });
+    add_each("entropy", tuned_entropy, gammas,
+             [](SessionConfig& c, double g) { c.entropy_budget.gamma = g; });
+    add_each("h2o", tuned_h2o, fractions,
+             [](SessionConfig& c, double f) { c.h2o.recent_fraction = f; });
+    add_each("streaming", tuned_streaming, sinks,
+             [](SessionConfig& c, int64_t k) { c.streaming_sinks = k; });
     ENTROKV_RETURN_IF_ERROR(run_from(0));
     const Candidate* best_gamma = best("entropy");
     if (best_gamma != nullptr) {
       const size_t first = candidates.size();
-      for (double r : rates) {
-        SessionConfig c = best_gamma->curve.config;
-        c.entropy_budget.ema_rate = r;
-        add("entropy", ParamsOf(c), c);
-      }
+      add_each(
+          "entropy", best_gamma->curve.config, rates,
+          [](SessionConfig& c, double r) { c.entropy_budget.ema_rate = r; });
       ENTROKV_RETURN_IF_ERROR(run_from(first));
     }
     if (const Candidate* b = best("affinity")) tuned_affinity = b->curve.config;
@@ -1601,7 +1552,7 @@ absl::Status Main() {
   }
   std::printf("data %s: %zu stories, %lld tokens; decider %s; variant %s\n",
               data_dir.c_str(), stories.size(), static_cast<long long>(tokens),
-              decider->Describe().c_str(), VariantName(policies[0]).c_str());
+              decider->Describe().c_str(), VariantLabel(policies[0]).c_str());
 
   if (protocol) {
     return Protocol(model, stories, decider.get(), data_dir, policies, targets);
@@ -1637,7 +1588,7 @@ absl::Status Main() {
         run.config = policy;
         run.config.budget = budget;
         run.policy = PolicyName(run.config);
-        run.variant = VariantName(run.config);
+        run.variant = VariantLabel(run.config);
         run.lag = lag;
         runs.push_back(run);
       }
