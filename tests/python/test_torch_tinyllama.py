@@ -43,8 +43,9 @@ def data():
 def cpp_reference():
     return build_cpp_reference(
         "tinyllama_ref.cc",
-        ["client/examples/tinyllama/libentrokv_tinyllama.a", "core/libentrokv_core.a"],
-        includes=("core/include", "client/examples"))
+        ["client/examples/tinyllama/libentrokv_tinyllama.a",
+         "sim/libentrokv_sim_variant.a", "core/libentrokv_core.a"],
+        includes=("core/include", "client/examples", "sim"))
 
 
 def run_reference(binary, d, policy):
