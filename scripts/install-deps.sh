@@ -6,10 +6,10 @@ set -euo pipefail
 packages=(
   build-essential cmake ninja-build ccache pkg-config git
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
-  libabsl-dev libspdlog-dev libfmt-dev
+  libabsl-dev libspdlog-dev libfmt-dev libcivetweb-dev openssl
   libgtest-dev libgmock-dev googletest libbenchmark-dev
   python3 python3-numpy gnuplot-nox
-  python3-grpcio python3-protobuf python3-pytest python3-setuptools python3-pip
+  python3-grpcio python3-protobuf python3-pytest python3-setuptools python3-pip python3-yaml
 )
 
 missing=()
