@@ -390,7 +390,7 @@ class DecodeReactor final
           "session_id: session ", step.session_id(), " was closed"));
     }
     StepInput input;
-    if (absl::Status status = ToStepInput(step, entry.last_step(), &input);
+    if (absl::Status status = ToStepInput(step, &input);
         !status.ok()) {
       return status;
     }

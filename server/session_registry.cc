@@ -48,11 +48,6 @@ void SessionEntry::PublishStats() {
                    std::memory_order_release);
 }
 
-std::optional<uint64_t> SessionEntry::last_step() const {
-  if (!has_last_step_.load(std::memory_order_relaxed)) return std::nullopt;
-  return last_step_.load(std::memory_order_relaxed);
-}
-
 SessionStats SessionEntry::PublishedStats() const {
   SessionStats stats;
   stats.placement =

@@ -60,10 +60,6 @@ class SessionEntry {
   // The stats last published; safe from any thread.
   SessionStats PublishedStats() const;
 
-  // The number of the last accepted step, as last published (current for
-  // the attached stream); nullopt before the first.
-  std::optional<uint64_t> last_step() const;
-
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
  private:

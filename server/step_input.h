@@ -8,8 +8,6 @@
 
 #include <cstddef>
 #include <cstdint>
-#include <limits>
-#include <optional>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -21,31 +19,11 @@ namespace entrokv::server {
 
 static_assert(sizeof(bool) == 1, "pinned flags are read as bytes");
 
-inline constexpr uint64_t kLastStepNumber =
-    std::numeric_limits<uint64_t>::max();
-
 // Fills `input` from `step` (its spans view `step`'s fields, which must
-// outlive it). `last_step`: the session's last accepted step number, nullopt
-// before its first. Errors: InvalidArgument or FailedPrecondition for what
-// the server refuses before core sees the step.
+// outlive it). Errors: InvalidArgument for what the server refuses before
+// core sees the step. (Step numbers, 2^64-1 included, are core's to check.)
 inline absl::Status ToStepInput(const v1::SessionStep& step,
-                                std::optional<uint64_t> last_step,
                                 StepInput* input) {
-  // No number follows 2^64-1: a session that started there could never step
-  // again, and one that reached it has used its numbers up.
-  if (!last_step.has_value() && step.step() == kLastStepNumber) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "step: ", kLastStepNumber,
-        " (2^64-1) cannot be a session's first step: no step number could "
-        "follow it; start below it"));
-  }
-  if (last_step.has_value() && *last_step == kLastStepNumber) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "step: the session's last step was ", kLastStepNumber,
-        " (2^64-1), so its step numbers are used up; close it and open a "
-        "new session"));
-  }
-
   input->step = step.step();
   const v1::Append& append = step.append();
   input->append.slot_ids =

@@ -35,14 +35,28 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
                                const absl::flat_hash_set<uint64_t>& live_slots,
                                int64_t live, const StepInput& input,
                                DecodedStep* out, const StepRules& rules) {
+  // No number follows 2^64-1: a session that started there could never step
+  // again, and one that reached it has used its numbers up.
+  constexpr uint64_t kLastStepNumber = std::numeric_limits<uint64_t>::max();
+  if (!last_step.has_value() && input.step == kLastStepNumber) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "step: ", kLastStepNumber,
+        " (2^64-1) cannot be a session's first step: no step number could "
+        "follow it; start below it"));
+  }
+  if (last_step.has_value() && *last_step == kLastStepNumber) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "step: the session's last step was ", kLastStepNumber,
+        " (2^64-1), so its step numbers are used up; close it and open a "
+        "new session"));
+  }
   if (last_step.has_value() && !rules.consecutive && input.step <= *last_step) {
     return absl::FailedPreconditionError(
         absl::StrCat("step: got ", input.step, ", expected more than ",
                      *last_step, " (a repeated or old step)"));
   }
   if (last_step.has_value() && rules.consecutive &&
-      (*last_step == std::numeric_limits<uint64_t>::max() ||
-       input.step != *last_step + 1)) {
+      input.step != *last_step + 1) {
     return absl::FailedPreconditionError(
         absl::StrCat("step: got ", input.step, ", expected ", *last_step + 1,
                      input.step <= *last_step ? " (a repeated or old step)"

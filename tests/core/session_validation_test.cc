@@ -424,5 +424,36 @@ TEST(StepNumberTest, FirstStepMayBeAnyNumberThenStrictlyConsecutive) {
   }
 }
 
+// No step number follows 2^64-1: core refuses it as a first step (the session
+// could never step again) and, once a session has reached it (from 2^64-2),
+// refuses every later step with a message that says why, for every backend
+// user (server, eval, simulator) alike.
+TEST(StepNumberTest, TheLastNumberCannotStartASessionAndEndsOne) {
+  constexpr uint64_t kMax = ~uint64_t{0};
+  SessionConfig config =
+      testing::TinyConfig(Ranking::kWindow, BudgetControl::kFixed, 4);
+  auto backend = CreateBackend(BackendKind::kCpu);
+  ASSERT_OK(backend);
+  auto session = (*backend)->CreateSession(config, {});
+  ASSERT_OK(session);
+  StepBuilder step(config.shape);
+  step.Query({1.0f, 0.0f});
+  StepResult result;
+  const absl::Status first = (*session)->Step(step.Build(kMax), &result);
+  EXPECT_STATUS_CODE(first, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(first.message()),
+              ::testing::HasSubstr("cannot be a session's first step"));
+  EXPECT_EQ((*session)->Stats().steps, 0);
+  ASSERT_OK((*session)->Step(step.Build(kMax - 1), &result));
+  ASSERT_OK((*session)->Step(step.Build(kMax), &result));
+  for (uint64_t next : {uint64_t{0}, kMax}) {
+    const absl::Status after = (*session)->Step(step.Build(next), &result);
+    EXPECT_STATUS_CODE(after, absl::StatusCode::kFailedPrecondition);
+    EXPECT_THAT(std::string(after.message()),
+                ::testing::HasSubstr("step numbers are used up"));
+  }
+  EXPECT_EQ((*session)->Stats().steps, 2);
+}
+
 }  // namespace
 }  // namespace entrokv

@@ -113,7 +113,7 @@ void RunStep(const v1::SessionStep& step, const Backend& backend,
              SessionState& session, SessionState& twin) {
   const SessionStats before = session.Stats();
   StepInput input;
-  if (absl::Status wire = server::ToStepInput(step, before.last_step, &input);
+  if (absl::Status wire = server::ToStepInput(step, &input);
       !wire.ok()) {
     Note("step (server)", wire);
     return;
