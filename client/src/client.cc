@@ -43,11 +43,14 @@ absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
 
 class ClientImpl;
 
-class DecodeBatchImpl final : public DecodeBatch {
+class DecodeBatchImpl final : public DecodeBatch,
+                              public client_internal::BatchLink {
  public:
-  DecodeBatchImpl(ClientImpl* client,
-                  std::unique_ptr<client_internal::DecodeStream> stream)
-      : client_(client), stream_(std::move(stream)) {}
+  DecodeBatchImpl(ClientImpl* client, ClientShared shared, StreamApi api)
+      : client_(client),
+        shared_(std::move(shared)),
+        api_(api),
+        stream_(OpenStream(shared_, api_)) {}
 
   absl::StatusOr<std::unique_ptr<Session>> CreateSession(
       const SessionConfig& config, const SessionOptions& options,
@@ -56,11 +59,29 @@ class DecodeBatchImpl final : public DecodeBatch {
   std::vector<absl::StatusOr<StepOutcome>> Step(
       absl::Span<const BatchStep> steps) override;
 
-  client_internal::DecodeStream* stream() { return stream_.get(); }
+  client_internal::DecodeStream* LiveStream() override {
+    if (ended_) {
+      stream_ = OpenStream(shared_, api_);
+      ended_ = false;
+    }
+    return stream_.get();
+  }
+  int64_t generation() const override { return generation_; }
+  void EndStream() override {
+    // A late response must never be read as the answer to a later message:
+    // the stream goes, and with it every attachment to it.
+    stream_->Cancel();
+    ended_ = true;
+    ++generation_;
+  }
 
  private:
   ClientImpl* const client_;
-  const std::unique_ptr<client_internal::DecodeStream> stream_;
+  const ClientShared shared_;
+  const StreamApi api_;
+  std::unique_ptr<client_internal::DecodeStream> stream_;
+  bool ended_ = false;
+  int64_t generation_ = 0;
 };
 
 class ClientImpl final : public Client {
@@ -89,7 +110,7 @@ class ClientImpl final : public Client {
   }
 
   std::unique_ptr<DecodeBatch> CreateBatch(StreamApi api) override {
-    return std::make_unique<DecodeBatchImpl>(this, OpenStream(shared_, api));
+    return std::make_unique<DecodeBatchImpl>(this, shared_, api);
   }
 
   // Creates a server session and attaches it to a stream of its own, or to
@@ -216,9 +237,13 @@ class ClientImpl final : public Client {
     std::unique_ptr<client_internal::DecodeStream> stream;
     if (batch == nullptr) stream = OpenStream(shared_, options.stream_api);
     client_internal::DecodeStream* via =
-        batch == nullptr ? stream.get() : batch->stream();
+        batch == nullptr ? stream.get() : batch->LiveStream();
     absl::Status attached = AttachOn(via, id, deadline);
-    if (!attached.ok()) return attached;
+    if (!attached.ok()) {
+      // A late answer to the attach must not be read as a step's.
+      if (batch != nullptr) batch->EndStream();
+      return attached;
+    }
     auto impl =
         std::make_unique<Session::Impl>(shared_, id, requested, effective,
                                         options, first_step, std::move(stream));
@@ -249,6 +274,7 @@ std::vector<absl::StatusOr<StepOutcome>> DecodeBatchImpl::Step(
   auto message = std::make_unique<v1::DecodeRequest>();
   std::vector<int> index(steps.size(), -1);  // Result position, or -1.
   std::vector<bool> prepared(steps.size(), false);
+  const int64_t generation_at_start = generation_;
   absl::flat_hash_set<const Session*> seen;
   absl::Duration deadline = absl::InfiniteDuration();
   for (size_t i = 0; i < steps.size(); ++i) {
@@ -280,10 +306,18 @@ std::vector<absl::StatusOr<StepOutcome>> DecodeBatchImpl::Step(
   }
   absl::StatusOr<v1::DecodeResponse> response =
       absl::UnavailableError("entrokv: nothing was sent");
-  if (message->steps_size() > 0) {
+  if (generation_ != generation_at_start) {
+    // A recovery's attach failed above and ended the stream the sessions
+    // prepared before it were attached to: their steps are decided locally.
+    response = absl::UnavailableError(
+        "entrokv: the DecodeBatch's stream ended while the step was prepared");
+  } else if (message->steps_size() > 0) {
+    const int sent = message->steps_size();
     const absl::Time until = absl::Now() + deadline;
-    stream_->Send(std::move(message), until);
-    response = stream_->Next(until);
+    client_internal::DecodeStream* stream = LiveStream();
+    stream->Send(std::move(message), until);
+    response = stream->Next(until);
+    if (!response.ok() || response->results_size() != sent) EndStream();
   }
   for (size_t i = 0; i < steps.size(); ++i) {
     if (!prepared[i]) continue;

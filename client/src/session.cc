@@ -409,6 +409,13 @@ absl::Status Session::Impl::PrepareBatched(const StepRequest& request,
     status = absl::FailedPreconditionError(
         "entrokv: a step of this session is already in flight");
   } else {
+    if (!degraded_ && batch_generation_ != batch_->generation()) {
+      // The batch's stream ended under another session's step: this
+      // session's server state may be ahead of the engine's; start over.
+      Degrade(absl::UnavailableError(
+          "entrokv: the DecodeBatch's stream ended"));
+    }
+    if (degraded_) MaybeRecover(request);
     status = Prepare(request, degraded_ ? nullptr : out);
     *sent = status.ok() && !degraded_;
     if (*sent)
@@ -494,7 +501,7 @@ bool Session::Impl::RecoveryAccepts(const StepRequest& request) const {
 }
 
 void Session::Impl::MaybeRecover(const StepRequest& request) {
-  if (!options_.live_keys || batch_ != nullptr) return;
+  if (!options_.live_keys) return;
   // Attempts only when the channel is connected: while the server is down
   // a step costs nothing. GetState() makes an idle channel connect; one in
   // TRANSIENT_FAILURE reconnects (after its backoff) only when a call asks,
@@ -550,10 +557,18 @@ absl::Status Session::Impl::Recover(absl::Time deadline) {
   absl::StatusOr<client_internal::CreatedSession> created =
       client_internal::CreateServerSession(shared_, requested_, "", deadline);
   if (!created.ok()) return created.status();
-  std::unique_ptr<client_internal::DecodeStream> stream =
-      client_internal::OpenStream(shared_, options_.stream_api);
-  absl::Status status =
-      client_internal::AttachOn(stream.get(), created->id, deadline);
+  // A session of a DecodeBatch attaches to the batch's stream (a new one
+  // when the last one ended), any other to a stream of its own.
+  std::unique_ptr<client_internal::DecodeStream> stream;
+  client_internal::DecodeStream* via = nullptr;
+  if (batch_ != nullptr) {
+    via = batch_->LiveStream();
+  } else {
+    stream = client_internal::OpenStream(shared_, options_.stream_api);
+    via = stream.get();
+  }
+  absl::Status status = client_internal::AttachOn(via, created->id, deadline);
+  if (!status.ok() && batch_ != nullptr) batch_->EndStream();
   Resync resync;
   if (status.ok()) {
     live_.Entries(&resync.slot_ids, &resync.pinned);
@@ -571,7 +586,8 @@ absl::Status Session::Impl::Recover(absl::Time deadline) {
   }
   id_ = created->id;
   config_ = created->config;
-  stream_ = std::move(stream);
+  stream_ = std::move(stream);  // Null for a session of a DecodeBatch.
+  if (batch_ != nullptr) batch_generation_ = batch_->generation();
   // The new server session numbers its steps on from the engine's next one
   // and counts them from zero (the decision cadence restarts).
   first_step_ = next_step_;

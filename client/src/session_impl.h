@@ -78,6 +78,22 @@ void PokeInBackground(std::shared_ptr<grpc::Channel> channel,
 void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
                        const std::string& id, absl::Duration deadline);
 
+// What a session of a DecodeBatch needs of its batch (client.cc's
+// DecodeBatchImpl). The batch's stream serves all its sessions; when a step
+// message of the batch fails, the batch ends that stream and counts a new
+// generation: a session attached under an older generation is attached no
+// more (its server session was detached when the stream ended).
+class BatchLink {
+ public:
+  virtual ~BatchLink() = default;
+  // The batch's stream, a new one opened first when the last one ended.
+  virtual DecodeStream* LiveStream() = 0;
+  virtual int64_t generation() const = 0;
+  // Ends the stream (a message or an attach on it failed): the next
+  // LiveStream() opens a new one.
+  virtual void EndStream() = 0;
+};
+
 }  // namespace client_internal
 
 class Session::Impl {
@@ -114,8 +130,12 @@ class Session::Impl {
   absl::Status Close();
 
   // DecodeBatch's halves (batch.h): sessions of a batch share its stream.
-  void SetBatch(const void* batch) { batch_ = batch; }
-  const void* batch() const { return batch_; }
+  // The session is attached to `batch`'s stream now.
+  void SetBatch(client_internal::BatchLink* batch) {
+    batch_ = batch;
+    batch_generation_ = batch->generation();
+  }
+  const client_internal::BatchLink* batch() const { return batch_; }
   // Validates and records a step; fills `out` (a step of the batch's
   // message) when the session is online, and says so in `sent`.
   absl::Status PrepareBatched(const StepRequest& request, v1::SessionStep* out,
@@ -214,7 +234,10 @@ class Session::Impl {
   std::minstd_rand random_;
   std::optional<Resync> resync_;
   bool closed_ = false;
-  const void* batch_ = nullptr;  // The DecodeBatch that steps this session.
+  // The DecodeBatch that steps this session, and its stream's generation
+  // when this session was last attached to it.
+  client_internal::BatchLink* batch_ = nullptr;
+  int64_t batch_generation_ = 0;
   SessionCounters counters_;
 };
 

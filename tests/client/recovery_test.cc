@@ -19,6 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "client_test_util.h"
+#include "entrokv/client/batch.h"
 #include "entrokv/client/client.h"
 #include "entrokv/client/session.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
@@ -53,6 +54,8 @@ class ScriptedService final : public v1::EntroKv::Service {
  public:
   std::atomic<bool> swallow_steps{false};
   std::atomic<bool> hang_create{false};
+  // Answers each message with steps this late (after recording them).
+  std::atomic<int> answer_delay_ms{0};
 
   grpc::Status CreateSession(grpc::ServerContext* context,
                              const v1::CreateSessionRequest*,
@@ -106,6 +109,9 @@ class ScriptedService final : public v1::EntroKv::Service {
         result->set_budget(100);
         absl::MutexLock lock(&mu_);
         steps_.push_back(std::move(received));
+      }
+      if (!swallow && request.steps_size() > 0 && answer_delay_ms > 0) {
+        absl::SleepFor(absl::Milliseconds(answer_delay_ms.load()));
       }
       if (!swallow) stream->Write(response);
     }
@@ -476,6 +482,85 @@ TEST_P(RecoveryTest, WithoutACallbackADegradedSessionStaysLocal) {
   EXPECT_TRUE(session->degraded());
   EXPECT_EQ(session->counters().recovery_attempts, 0);
   EXPECT_EQ(service_.creates(), 1);
+}
+
+// A DecodeBatch's sessions recover too, each through the batch, and a late
+// answer on the batch's stream is never read as a later message's: the batch
+// ends that stream and the next attach or step uses a new one.
+TEST_P(RecoveryTest, BatchSessionsRecoverOnANewStreamOfTheBatch) {
+  const SessionConfig config = SmallConfig("window", 6, ElementType::kF32);
+  const std::vector<StoryStep> story = MakeStory(config.shape, 2, 6);
+  Engine engine_a(story), engine_b(story), engine_c(story);
+  std::unique_ptr<DecodeBatch> batch = client_->CreateBatch(GetParam());
+  ASSERT_OK_AND_ASSIGN(auto a,
+                       batch->CreateSession(config, Options(&engine_a)));
+  ASSERT_OK_AND_ASSIGN(auto b,
+                       batch->CreateSession(config, Options(&engine_b)));
+  EXPECT_EQ(a->id(), "s1");
+  EXPECT_EQ(b->id(), "s2");
+  auto outcomes = batch->Step({{a.get(), engine_a.Request(0)},
+                               {b.get(), engine_b.Request(0)}});
+  for (const auto& outcome : outcomes) {
+    ASSERT_OK(outcome.status());
+    EXPECT_FALSE(outcome->fallback);
+  }
+
+  // a's step is answered after its 50 ms deadline: decided locally.
+  service_.answer_delay_ms = 200;
+  outcomes = batch->Step({{a.get(), engine_a.Request(1)}});
+  ASSERT_OK(outcomes[0].status());
+  EXPECT_TRUE(outcomes[0]->fallback);
+  EXPECT_TRUE(a->degraded());
+  service_.answer_delay_ms = 0;
+
+  // b was not in that message, but was attached to the stream that ended:
+  // its server session may be ahead of the engine, so b degrades too.
+  outcomes = batch->Step({{b.get(), engine_b.Request(1)}});
+  ASSERT_OK(outcomes[0].status());
+  EXPECT_TRUE(outcomes[0]->fallback);
+  EXPECT_TRUE(b->degraded());
+
+  // A session created now attaches to a new stream and is served; the late
+  // answer (due 200 ms after a's step) is never taken for its attach or step.
+  ASSERT_OK_AND_ASSIGN(auto c,
+                       batch->CreateSession(config, Options(&engine_c)));
+  EXPECT_FALSE(c->degraded());
+  EXPECT_EQ(c->id(), "s3");
+  absl::SleepFor(absl::Milliseconds(200));
+  outcomes = batch->Step({{c.get(), engine_c.Request(0)}});
+  ASSERT_OK(outcomes[0].status());
+  EXPECT_FALSE(outcomes[0]->fallback);
+  EXPECT_EQ(outcomes[0]->step, 0u);
+
+  // After recovery_interval, a and b re-create their server sessions on the
+  // batch's stream and re-send their live entries with the step.
+  outcomes = batch->Step({{a.get(), engine_a.Request(2)},
+                          {b.get(), engine_b.Request(2)},
+                          {c.get(), engine_c.Request(1)}});
+  for (const auto& outcome : outcomes) {
+    ASSERT_OK(outcome.status());
+    EXPECT_FALSE(outcome->fallback);
+  }
+  EXPECT_FALSE(a->degraded());
+  EXPECT_FALSE(b->degraded());
+  EXPECT_EQ(a->counters().recoveries, 1);
+  EXPECT_EQ(b->counters().recoveries, 1);
+  EXPECT_EQ(service_.creates(), 5);
+  EXPECT_TRUE(service_.WaitClosed("s1"));
+  EXPECT_TRUE(service_.WaitClosed("s2"));
+  std::map<std::string, std::vector<uint64_t>> resent;
+  for (const ReceivedStep& step : service_.steps()) {
+    if (step.step == 2 && step.session_id != c->id()) {
+      resent[step.session_id] = step.slot_ids;
+    }
+  }
+  // Each new server session got the engine's live entries (1000..1002; the
+  // window of 6 evicted none) and then the step's own 1003.
+  ASSERT_EQ(resent.size(), 2u);
+  for (const auto& [id, slots] : resent) {
+    EXPECT_TRUE(id == a->id() || id == b->id()) << id;
+    EXPECT_THAT(slots, ElementsAre(1000, 1001, 1002, 1003)) << id;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(BothStreamApis, RecoveryTest,

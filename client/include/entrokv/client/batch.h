@@ -13,8 +13,13 @@
 // after a fallback) decides locally with the `streaming` rule and keeps its
 // budget. The deadline of a batch step is the smallest step_deadline of the
 // sessions in it, counted from the send; when it passes, or the stream
-// breaks, every session in that message decides locally and is degraded from
-// then on (they share the stream).
+// breaks, every session in that message decides locally and is degraded, and
+// the batch ends its stream (so that a late answer is never read as a later
+// step's): the batch's other sessions are degraded at their next step. A
+// degraded session with a SessionOptions::live_keys callback recovers as
+// session.h says, through the batch: its new server session is attached to a
+// new stream of the batch, and its live entries are re-sent with its next
+// batched step.
 //
 // One message carries at most the server's --max_steps_per_message steps
 // (1024 by default); past it the server ends the stream and every session of

@@ -37,9 +37,13 @@
 //    rule (keep the sinks, pinned and most recent entries, evict the oldest
 //    of the rest down to the budget; see live_set.h) and counts it in
 //    counters(). From then on the session is degraded: the server's state no
-//    longer matches the engine's cache (the wire has no way to tell it which
-//    slots were freed locally), so every later step is decided locally too,
-//    until a recovery. A session created offline is degraded likewise.
+//    longer matches the engine's cache, so every later step is decided
+//    locally too, until a recovery. A session created offline is degraded
+//    likewise. (Why a recovery re-sends the live entries rather than telling
+//    the server which slots were freed locally: after a missed deadline the
+//    server may have run the step and evicted entries the engine kept, whose
+//    keys it no longer has; only a resync from the engine's cache restores
+//    a matching state in every case.)
 //  - Recovery. The engine owns its KV cache, so only it can give the server
 //    back the keys of the live entries: with SessionOptions::live_keys set, a
 //    degraded session comes back online by itself; without it, it stays
@@ -52,7 +56,8 @@
 //    connected, one attempt, bounded by create_deadline as a whole: the steps
 //    in flight are decided locally, a NEW server session is created with the
 //    same configuration (named by the server: id() changes) and attached to
-//    a new stream, and live_keys gives the keys of the live entries (when it
+//    a new stream (a session of a DecodeBatch: to the batch's stream, a new
+//    one when the batch's last one ended), and live_keys gives the keys of the live entries (when it
 //    fails, that server session is closed in the background). The step
 //    itself then goes to the server, re-sending the live entries (in
 //    append order, pinned flags kept) before its own appends, under its own
@@ -69,8 +74,7 @@
 //    up to max_recovery_interval (counters().recovery_attempts counts them).
 //    The re-sending step must fit ClientOptions::max_message_bytes. An
 //    attempt is made only when the step carries what the new session's first
-//    step needs (queries and entropy when it decides). Sessions of a
-//    DecodeBatch do not recover.
+//    step needs (queries and entropy when it decides).
 //  - Close. Close() waits at most create_deadline. A close the server does
 //    not confirm in time, or a server-side failure, completes locally: OK,
 //    counted in counters().unconfirmed_closes (the server reclaims the
