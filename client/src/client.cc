@@ -97,6 +97,10 @@ class ClientImpl final : public Client {
     shared_.rpc_deadline = options.rpc_deadline;
   }
 
+  // Background calls of this client's sessions that ended hold references
+  // to its channel: they go here, on the engine's thread.
+  ~ClientImpl() override { client_internal::SweepBackgroundCalls(); }
+
   const ClientOptions& options() const override { return options_; }
 
   SessionCounters counters() const override {

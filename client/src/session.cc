@@ -7,8 +7,11 @@
 #include <random>
 #include <string>
 #include <utility>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "convert.h"
 #include "entrokv/core/entropy.h"
 #include "grpcpp/generic/generic_stub.h"
@@ -130,11 +133,56 @@ absl::Status AttachOn(DecodeStream* stream, const std::string& id,
   return FromProto(response->attach_results(0).status());
 }
 
+namespace {
+
+// A call started in the background and forgotten: gRPC ends it on one of its
+// callback threads. There the call may drop the last reference to the
+// channel, and a channel must not be destroyed on gRPC's callback thread:
+// with no background poller (Debian's gRPC 1.51), the last channel to go
+// shuts down the shared callback completion queue, joins its polling threads
+// and deletes it, while the thread doing so is one of them and goes on
+// polling the deleted queue (a crash, seen in RecoveryTest once in ~100 runs
+// under load). So an ended call is buried, and deleted later on an engine's
+// thread: at the next background call, or when a Client is destroyed.
+struct BackgroundCall {
+  virtual ~BackgroundCall() = default;
+};
+
+class Graveyard {
+ public:
+  static Graveyard& Get() {
+    static Graveyard* graveyard = new Graveyard;  // Never destroyed.
+    return *graveyard;
+  }
+  // On gRPC's callback thread: only moves the call.
+  void Bury(BackgroundCall* call) {
+    absl::MutexLock lock(&mu_);
+    buried_.emplace_back(call);
+  }
+  // On an engine's thread: deletes the calls that have ended.
+  void Sweep() {
+    std::vector<std::unique_ptr<BackgroundCall>> ended;
+    {
+      absl::MutexLock lock(&mu_);
+      ended.swap(buried_);
+    }
+  }
+
+ private:
+  absl::Mutex mu_;
+  std::vector<std::unique_ptr<BackgroundCall>> buried_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace
+
+void SweepBackgroundCalls() { Graveyard::Get().Sweep(); }
+
 void PokeInBackground(std::shared_ptr<grpc::Channel> channel,
                       absl::Duration deadline) {
+  SweepBackgroundCalls();
   // grpc.health.v1.Health/Check with an empty request (the server's overall
   // health): no entrokv state is touched when it does reach a server.
-  struct Call {
+  struct Call final : BackgroundCall {
     explicit Call(std::shared_ptr<grpc::Channel> channel)
         : stub(std::move(channel)) {}
     grpc::GenericStub stub;
@@ -148,14 +196,15 @@ void PokeInBackground(std::shared_ptr<grpc::Channel> channel,
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   call->stub.UnaryCall(&call->context, "/grpc.health.v1.Health/Check",
                        grpc::StubOptions(), &call->request, &call->response,
-                       [call](grpc::Status) { delete call; });
+                       [call](grpc::Status) { Graveyard::Get().Bury(call); });
 }
 
 void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
                        const std::string& id, absl::Duration deadline) {
-  // Owned by gRPC's callback until the call ends; it keeps the stub (and so
-  // the channel) alive that long.
-  struct Call {
+  SweepBackgroundCalls();
+  // Owned by gRPC's callback until the call ends, then by the graveyard; it
+  // keeps the stub (and so the channel) alive that long.
+  struct Call final : BackgroundCall {
     std::shared_ptr<v1::EntroKv::Stub> stub;
     grpc::ClientContext context;
     v1::CloseSessionRequest request;
@@ -166,8 +215,9 @@ void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
   call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
   call->request.set_session_id(id);
   v1::EntroKv::Stub* raw = call->stub.get();
-  raw->async()->CloseSession(&call->context, &call->request, &call->response,
-                             [call](grpc::Status) { delete call; });
+  raw->async()->CloseSession(
+      &call->context, &call->request, &call->response,
+      [call](grpc::Status) { Graveyard::Get().Bury(call); });
 }
 
 }  // namespace client_internal

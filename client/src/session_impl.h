@@ -77,6 +77,9 @@ void PokeInBackground(std::shared_ptr<grpc::Channel> channel,
 // `deadline` (counted from now); its outcome is ignored.
 void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
                        const std::string& id, absl::Duration deadline);
+// Deletes the background calls above that have ended (they may hold the last
+// reference to a channel, which must go on an engine's thread, not gRPC's).
+void SweepBackgroundCalls();
 
 // What a session of a DecodeBatch needs of its batch (client.cc's
 // DecodeBatchImpl). The batch's stream serves all its sessions; when a step
