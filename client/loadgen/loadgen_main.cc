@@ -75,6 +75,9 @@ ABSL_FLAG(uint64_t, seed, 1, "Synthetic stream seed (session i uses seed+i)");
 ABSL_FLAG(int32_t, pool, 64, "Distinct decode steps generated per session");
 ABSL_FLAG(absl::Duration, step_deadline, absl::Seconds(10),
           "--client=library: per-step deadline");
+ABSL_FLAG(absl::Duration, create_deadline, absl::Seconds(5),
+          "--client=library: deadline of a session's creation (its attach "
+          "included) and of its close");
 ABSL_FLAG(int32_t, batch, 1,
           "Sessions per DecodeBatch: each thread steps N sessions with one "
           "message per decode step (client library); Echo then sends one "
@@ -170,6 +173,13 @@ constexpr auto kUnaryDeadline = std::chrono::seconds(10);
 
 std::string CodeName(absl::StatusCode code) {
   return absl::StatusCodeToString(code);
+}
+
+// The code a fallback step is counted under: that of the session's degraded
+// reason (never "OK", which would read as a server answer).
+std::string FallbackCause(const Session& session) {
+  const absl::StatusCode code = session.degraded_reason().code();
+  return code == absl::StatusCode::kOk ? "UNKNOWN" : CodeName(code);
 }
 
 absl::Status ToAbsl(const grpc::Status& status) {
@@ -324,6 +334,7 @@ class SessionRunner final : public Runner {
     if (UsesLibrary()) {
       SessionOptions options;
       options.step_deadline = absl::GetFlag(FLAGS_step_deadline);
+      options.create_deadline = absl::GetFlag(FLAGS_create_deadline);
       options.offline_when_unavailable = false;
       options.stream_api = absl::GetFlag(FLAGS_client) == "library-callback"
                                ? StreamApi::kCallback
@@ -407,7 +418,7 @@ class SessionRunner final : public Runner {
         // Not a server answer: kept out of the count, the status histogram,
         // the evictions per step and the latency figures.
         ++stats.fallbacks;
-        ++stats.fallback_causes[CodeName(session_->degraded_reason().code())];
+        ++stats.fallback_causes[FallbackCause(*session_)];
       } else if (!status.ok()) {
         ++stats.codes[CodeName(status.code())];
       } else {
@@ -574,6 +585,7 @@ class BatchRunner final : public Runner {
                                                           : StreamApi::kSync);
     SessionOptions options;
     options.step_deadline = absl::GetFlag(FLAGS_step_deadline);
+    options.create_deadline = absl::GetFlag(FLAGS_create_deadline);
     options.offline_when_unavailable = false;
     for (size_t i = 0; i < data_.size(); ++i) {
       absl::StatusOr<std::unique_ptr<Session>> session =
@@ -689,8 +701,7 @@ class BatchRunner final : public Runner {
         all_server = false;
       } else if (outcomes[i]->fallback) {
         ++stats->fallbacks;
-        ++stats->fallback_causes[CodeName(
-            sessions_[i]->degraded_reason().code())];
+        ++stats->fallback_causes[FallbackCause(*sessions_[i])];
         all_server = false;
       } else {
         ++stats->codes["OK"];
