@@ -15,6 +15,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <ostream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -320,6 +321,10 @@ struct ClientMode {
   std::vector<std::string> flags;
   int batch = 1;  // Sessions per thread (--batch).
 };
+
+void PrintTo(const ClientMode& mode, std::ostream* os) {
+  *os << absl::StrJoin(mode.flags, " ");
+}
 
 std::string ModeName(const ::testing::TestParamInfo<ClientMode>& info) {
   return info.param.name;
