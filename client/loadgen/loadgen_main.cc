@@ -182,6 +182,15 @@ std::string FallbackCause(const Session& session) {
   return code == absl::StatusCode::kOk ? "UNKNOWN" : CodeName(code);
 }
 
+// A session whose prefill was decided locally is degraded for good (every
+// step of it would be a fallback): its start counts as failed.
+absl::Status PrefillFellBack(const Session& session) {
+  const absl::Status reason = session.degraded_reason();
+  return absl::Status(
+      reason.ok() ? absl::StatusCode::kUnavailable : reason.code(),
+      absl::StrCat("prefill decided locally: ", reason.message()));
+}
+
 absl::Status ToAbsl(const grpc::Status& status) {
   return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
                       status.error_message());
@@ -378,12 +387,7 @@ class SessionRunner final : public Runner {
           SendDecode(data_.prefill_keys[c], count, data_.prefill_query,
                      data_.prefill_entropy, nullptr, &fallback);
       if (!status.ok()) return status;
-      if (fallback) {
-        return absl::Status(
-            session_->degraded_reason().code(),
-            absl::StrCat("prefill decided locally: ",
-                         session_->degraded_reason().message()));
-      }
+      if (fallback) return PrefillFellBack(*session_);
     }
     if (std::find(shared_->modes.begin(), shared_->modes.end(), "echo") !=
         shared_->modes.end()) {
@@ -606,12 +610,7 @@ class BatchRunner final : public Runner {
                     data_[i].prefill_entropy)};
         absl::StatusOr<StepOutcome> o = std::move(batch_->Step({&step, 1})[0]);
         if (!o.ok()) return o.status();
-        if (o->fallback) {
-          const absl::Status reason = sessions_[i]->degraded_reason();
-          return absl::Status(
-              reason.code(),
-              absl::StrCat("prefill decided locally: ", reason.message()));
-        }
+        if (o->fallback) return PrefillFellBack(*sessions_[i]);
       }
     }
     if (std::find(shared_->modes.begin(), shared_->modes.end(), "echo") !=
