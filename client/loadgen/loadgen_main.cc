@@ -8,6 +8,11 @@
 // phases, so both modes see the same machine state. Latency is measured from
 // a step's send (open loop: from its scheduled time, so queueing counts) to
 // its answer.
+//
+// A server that drains, dies or is not there does not end the run: every
+// step that the server did not answer OK is counted by status code (see
+// report.h), the report is printed, and the exit code is 0 unless
+// --fail_on_error is given. Bad flags exit 2.
 
 #include <algorithm>
 #include <atomic>
@@ -70,6 +75,9 @@ ABSL_FLAG(uint64_t, seed, 1, "Synthetic stream seed (session i uses seed+i)");
 ABSL_FLAG(int32_t, pool, 64, "Distinct decode steps generated per session");
 ABSL_FLAG(absl::Duration, step_deadline, absl::Seconds(10),
           "--client=library: per-step deadline");
+ABSL_FLAG(absl::Duration, create_deadline, absl::Seconds(5),
+          "--client=library: deadline of a session's creation (its attach "
+          "included) and of its close");
 ABSL_FLAG(int32_t, batch, 1,
           "Sessions per DecodeBatch: each thread steps N sessions with one "
           "message per decode step (client library); Echo then sends one "
@@ -83,6 +91,13 @@ ABSL_FLAG(bool, block_summary, false,
           "One state per block (needs --block_size >= 2)");
 ABSL_FLAG(bool, json, false, "Print the report as JSON");
 ABSL_FLAG(bool, progress, true, "Progress bar on stderr");
+ABSL_FLAG(bool, fail_on_error, false,
+          "Exit 1 when any step was not answered OK by the server (rejected, "
+          "lost with its stream, not sent after its stream ended, or decided "
+          "locally by the client library), a session failed to start or a "
+          "session close failed. Without it the exit code is 0 whenever the "
+          "run completes, failures or not: they are counted by status code "
+          "in the report. Bad flags exit 2 either way");
 
 namespace entrokv::loadgen {
 namespace {
@@ -152,9 +167,97 @@ void FillStep(const std::string& id, uint64_t step, uint64_t first_slot,
   out->set_entropy(entropy);
 }
 
-std::string CodeName(int code) {
-  return absl::StatusCodeToString(static_cast<absl::StatusCode>(code));
+// Deadline of the unary calls (CreateSession, CloseSession) of
+// --client=sync.
+constexpr auto kUnaryDeadline = std::chrono::seconds(10);
+
+std::string CodeName(absl::StatusCode code) {
+  return absl::StatusCodeToString(code);
 }
+
+// The code a fallback step is counted under: that of the session's degraded
+// reason (never "OK", which would read as a server answer).
+std::string FallbackCause(const Session& session) {
+  const absl::StatusCode code = session.degraded_reason().code();
+  return code == absl::StatusCode::kOk ? "UNKNOWN" : CodeName(code);
+}
+
+// A session whose prefill was decided locally is degraded for good (every
+// step of it would be a fallback): its start counts as failed.
+absl::Status PrefillFellBack(const Session& session) {
+  const absl::Status reason = session.degraded_reason();
+  return absl::Status(
+      reason.ok() ? absl::StatusCode::kUnavailable : reason.code(),
+      absl::StrCat("prefill decided locally: ", reason.message()));
+}
+
+absl::Status ToAbsl(const grpc::Status& status) {
+  return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
+                      status.error_message());
+}
+
+// A blocking bidi stream that is finished exactly once. gRPC aborts the
+// process (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS) when Finish() is called twice
+// on one call: a stream that broke mid-run (a drain, a dead server) was
+// finished when it broke and must not be finished again when it is closed.
+template <typename W, typename R>
+class SyncStream {
+ public:
+  // `open` starts the call on the context it is given, e.g.
+  // [&](grpc::ClientContext* c) { return stub->Decode(c); }.
+  template <typename Open>
+  explicit SyncStream(Open open) : stream_(open(&context_)) {}
+  ~SyncStream() {
+    if (!ended_) {
+      context_.TryCancel();
+      (void)stream_->Finish();
+    }
+  }
+  SyncStream(const SyncStream&) = delete;
+  SyncStream& operator=(const SyncStream&) = delete;
+
+  // Writes `request` and reads one reply. False when the stream has ended
+  // (now or before): status() then says why.
+  bool RoundTrip(const W& request, R* reply) {
+    if (ended_) return false;
+    if (stream_->Write(request) && stream_->Read(reply)) return true;
+    End();
+    return false;
+  }
+
+  // Half-closes the stream if it is still open and returns its final status.
+  absl::Status Close() {
+    if (!ended_) {
+      stream_->WritesDone();
+      ended_ = true;
+      status_ = ToAbsl(stream_->Finish());
+    }
+    return status_;
+  }
+
+  bool ended() const { return ended_; }
+  // Why the stream ended; UNAVAILABLE when the server ended it with OK while
+  // a request was unanswered.
+  const absl::Status& status() const { return status_; }
+
+ private:
+  // After a failed Write or Read: the server ended the call or it broke.
+  void End() {
+    ended_ = true;
+    status_ = ToAbsl(stream_->Finish());
+    if (status_.ok()) {
+      status_ = absl::UnavailableError("stream ended without an answer");
+    }
+  }
+
+  grpc::ClientContext context_;
+  std::unique_ptr<grpc::ClientReaderWriter<W, R>> stream_;
+  bool ended_ = false;
+  absl::Status status_;
+};
+
+using DecodeStream = SyncStream<v1::DecodeRequest, v1::DecodeResponse>;
+using EchoStream = SyncStream<v1::EchoMessage, v1::EchoMessage>;
 
 // `bytes` (elements of `type`, as MakeData encodes them) as a VectorView.
 VectorView ViewOf(ElementType type, const std::string& bytes) {
@@ -190,9 +293,14 @@ struct Shared {
   int prefill_chunk = 0;
   int64_t echo_reply_bytes = 0;
   std::atomic<int64_t> done{0};
-  std::atomic<int64_t> failed_sessions{0};
   absl::Mutex mu;
   std::map<std::string, ModeStats> stats ABSL_GUARDED_BY(mu);
+  RunFailures failures ABSL_GUARDED_BY(mu);
+
+  void CloseFailed(const absl::Status& status) {
+    absl::MutexLock lock(&mu);
+    ++failures.closes_failed[CodeName(status.code())];
+  }
 };
 
 // One thread's work: set up, then each phase between barrier waits.
@@ -235,6 +343,7 @@ class SessionRunner final : public Runner {
     if (UsesLibrary()) {
       SessionOptions options;
       options.step_deadline = absl::GetFlag(FLAGS_step_deadline);
+      options.create_deadline = absl::GetFlag(FLAGS_create_deadline);
       options.offline_when_unavailable = false;
       options.stream_api = absl::GetFlag(FLAGS_client) == "library-callback"
                                ? StreamApi::kCallback
@@ -246,21 +355,24 @@ class SessionRunner final : public Runner {
       id_ = session_->id();
     } else {
       grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + kUnaryDeadline);
       v1::CreateSessionResponse response;
       grpc::Status status =
           shared_->stub->CreateSession(&context, request, &response);
-      if (!status.ok()) {
-        return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                            status.error_message());
-      }
+      if (!status.ok()) return ToAbsl(status);
       id_ = response.session_id();
-      decode_context_ = std::make_unique<grpc::ClientContext>();
-      decode_ = shared_->stub->Decode(decode_context_.get());
+      decode_ = std::make_unique<DecodeStream>(
+          [&](grpc::ClientContext* c) { return shared_->stub->Decode(c); });
       v1::DecodeRequest attach;
       attach.add_attach(id_);
       v1::DecodeResponse reply;
-      if (!decode_->Write(attach) || !decode_->Read(&reply)) {
-        return absl::UnavailableError("Decode stream ended at attach");
+      if (!decode_->RoundTrip(attach, &reply)) {
+        const absl::Status& ended = decode_->status();
+        return absl::Status(ended.code(),
+                            absl::StrCat("Decode attach: ", ended.message()));
+      }
+      if (reply.attach_results_size() != 1) {
+        return absl::InternalError("Decode attach: no attach result");
       }
       if (reply.attach_results(0).status().code() != 0) {
         return absl::FailedPreconditionError(
@@ -270,63 +382,82 @@ class SessionRunner final : public Runner {
     // Prefill, in chunks.
     for (size_t c = 0; c < data_.prefill_keys.size(); ++c) {
       const int count = data_.prefill_counts[c];
+      bool fallback = false;
       absl::Status status =
           SendDecode(data_.prefill_keys[c], count, data_.prefill_query,
-                     data_.prefill_entropy, nullptr);
+                     data_.prefill_entropy, nullptr, &fallback);
       if (!status.ok()) return status;
+      if (fallback) return PrefillFellBack(*session_);
     }
     if (std::find(shared_->modes.begin(), shared_->modes.end(), "echo") !=
         shared_->modes.end()) {
-      echo_context_ = std::make_unique<grpc::ClientContext>();
-      echo_ = shared_->stub->Echo(echo_context_.get());
+      echo_ = std::make_unique<EchoStream>(
+          [&](grpc::ClientContext* c) { return shared_->stub->Echo(c); });
     }
     return absl::OkStatus();
   }
 
   void RunPhase(const std::string& mode, absl::Time phase_start) override {
     ModeStats stats;
+    const bool echo = mode == "echo";
     for (int k = 0; k < shared_->steps_per_round; ++k) {
       const absl::Time start =
           PaceStep(shared_->per_session_rate, phase_start, k);
-      const bool echo = mode == "echo";
-      if (!(echo ? broken_echo_ : broken_)) {
-        const PoolStep& p = data_.pool[pool_index_++ % data_.pool.size()];
-        bool fallback = false;
-        absl::Status status =
-            echo ? SendEcho(p, &stats)
-                 : SendDecode(p.key, 1, p.query, p.entropy, &stats, &fallback);
-        if (!status.ok()) {
-          ++stats.codes[absl::StatusCodeToString(status.code())];
-        } else if (!fallback) {
-          // Only the server's answers are latency samples; a step the
-          // client library decided locally is counted in stats.fallbacks.
-          stats.latency_ns.push_back(
-              absl::ToInt64Nanoseconds(absl::Now() - start));
-        }
-      }
       shared_->done.fetch_add(1, std::memory_order_relaxed);
+      // A stream that ended stays ended: its steps are not sent, and are
+      // counted under the status that ended it.
+      const DecodeStream* ended_decode =
+          decode_ != nullptr && decode_->ended() ? decode_.get() : nullptr;
+      if (echo ? echo_->ended() : ended_decode != nullptr) {
+        ++stats.not_sent[CodeName(echo ? echo_->status().code()
+                                       : ended_decode->status().code())];
+        continue;
+      }
+      const PoolStep& p = data_.pool[pool_index_++ % data_.pool.size()];
+      bool fallback = false;
+      absl::Status status =
+          echo ? SendEcho(&stats)
+               : SendDecode(p.key, 1, p.query, p.entropy, &stats, &fallback);
+      if (fallback) {
+        // Not a server answer: kept out of the count, the status histogram,
+        // the evictions per step and the latency figures.
+        ++stats.fallbacks;
+        ++stats.fallback_causes[FallbackCause(*session_)];
+      } else if (!status.ok()) {
+        ++stats.codes[CodeName(status.code())];
+      } else {
+        ++stats.codes["OK"];
+        stats.latency_ns.push_back(
+            absl::ToInt64Nanoseconds(absl::Now() - start));
+      }
     }
     absl::MutexLock lock(&shared_->mu);
     shared_->stats[mode].Merge(stats);
   }
 
+  // Safe after a failed SetUp() and after any failure of the server.
   void TearDown() override {
     if (UsesLibrary()) {
-      if (session_ != nullptr) (void)session_->Close();
+      if (session_ != nullptr) {
+        if (absl::Status closed = session_->Close(); !closed.ok()) {
+          shared_->CloseFailed(closed);
+        }
+      }
       return;
     }
-    if (echo_ != nullptr) {
-      echo_->WritesDone();
-      (void)echo_->Finish();
-    }
-    if (decode_ != nullptr) {
-      decode_->WritesDone();
-      (void)decode_->Finish();
+    // A stream that broke was counted when it broke: only its close
+    // matters here.
+    if (echo_ != nullptr) (void)echo_->Close();
+    if (decode_ != nullptr) (void)decode_->Close();
+    if (!id_.empty()) {
       grpc::ClientContext context;
+      context.set_deadline(std::chrono::system_clock::now() + kUnaryDeadline);
       v1::CloseSessionRequest request;
       request.set_session_id(id_);
       v1::CloseSessionResponse response;
-      (void)shared_->stub->CloseSession(&context, request, &response);
+      const grpc::Status status =
+          shared_->stub->CloseSession(&context, request, &response);
+      if (!status.ok()) shared_->CloseFailed(ToAbsl(status));
     }
   }
 
@@ -334,11 +465,13 @@ class SessionRunner final : public Runner {
   bool UsesLibrary() const { return shared_->client != nullptr; }
 
   // Sends one step of `count` new entries; `stats` null: not measured.
-  // `*fallback` (when given) is set when the client library decided the step
-  // locally instead of the server (--client=library only).
+  // Returns the step's status: OK, the server's rejection, or the status of
+  // the stream that ended (--client=sync). `*fallback` is set when the
+  // client library decided the step locally instead of the server
+  // (--client=library*); the status is then OK.
   absl::Status SendDecode(const std::string& keys, int count,
                           const std::string& query, double entropy,
-                          ModeStats* stats, bool* fallback = nullptr) {
+                          ModeStats* stats, bool* fallback) {
     const uint64_t first_slot = kSlotBase + next_slot_;
     next_slot_ += count;
     if (UsesLibrary()) {
@@ -353,20 +486,15 @@ class SessionRunner final : public Runner {
       const SessionCounters before = session_->counters();
       absl::StatusOr<StepOutcome> outcome = session_->Step(request);
       if (!outcome.ok()) return outcome.status();
-      if (fallback != nullptr) *fallback = outcome->fallback;
+      *fallback = outcome->fallback;
       if (stats != nullptr) {
         const SessionCounters after = session_->counters();
         stats->bytes_sent += after.bytes_sent - before.bytes_sent;
         stats->bytes_received += after.bytes_received - before.bytes_received;
-        if (outcome->fallback) {
-          // Not a server answer: kept out of the count, the status
-          // histogram, the evictions per step and the latency figures.
-          ++stats->fallbacks;
-        } else {
+        if (!outcome->fallback) {
           stats->evicted += static_cast<int64_t>(outcome->evicted.size());
           stats->server_ns.push_back(
               absl::ToInt64Nanoseconds(outcome->server_compute));
-          ++stats->codes["OK"];
         }
       }
       return absl::OkStatus();
@@ -374,48 +502,48 @@ class SessionRunner final : public Runner {
     request_.Clear();
     FillStep(id_, step_++, first_slot, count, keys, query, entropy,
              request_.add_steps());
-    if (!decode_->Write(request_) || !decode_->Read(&response_)) {
-      broken_ = true;
-      grpc::Status status = decode_->Finish();
-      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                          absl::StrCat("Decode: ", status.error_message()));
+    if (!decode_->RoundTrip(request_, &response_)) {
+      const absl::Status& ended = decode_->status();
+      return absl::Status(ended.code(),
+                          absl::StrCat("Decode: ", ended.message()));
     }
-    const v1::SessionStepResult& result = response_.results(0);
     if (stats != nullptr) {
       stats->bytes_sent += static_cast<int64_t>(request_.ByteSizeLong());
       stats->bytes_received += static_cast<int64_t>(response_.ByteSizeLong());
-      stats->evicted += result.evicted_size();
-      stats->server_ns.push_back(result.compute_ns());
-      ++stats->codes[CodeName(result.status().code())];
     }
+    if (response_.results_size() != 1) {
+      --step_;
+      return absl::InternalError(absl::StrCat(
+          "Decode: expected one step result, got ", response_.results_size()));
+    }
+    const v1::SessionStepResult& result = response_.results(0);
     if (result.status().code() != 0) {
       --step_;  // The session is unchanged; the number is free again.
-      if (stats == nullptr) {
-        return absl::Status(
-            static_cast<absl::StatusCode>(result.status().code()),
-            result.status().message());
-      }
+      return absl::Status(static_cast<absl::StatusCode>(result.status().code()),
+                          result.status().message());
+    }
+    if (stats != nullptr) {
+      stats->evicted += result.evicted_size();
+      stats->server_ns.push_back(result.compute_ns());
     }
     return absl::OkStatus();
   }
 
-  absl::Status SendEcho(const PoolStep& p, ModeStats* stats) {
+  absl::Status SendEcho(ModeStats* stats) {
     // The same bytes as a decode step: the request's serialized size, and a
     // reply as large as a typical step result.
     echo_request_.mutable_payload()->assign(
         static_cast<size_t>(request_size_hint()), 'x');
     echo_request_.set_reply_bytes(
         static_cast<uint32_t>(shared_->echo_reply_bytes));
-    if (!echo_->Write(echo_request_) || !echo_->Read(&echo_response_)) {
-      broken_echo_ = true;
-      grpc::Status status = echo_->Finish();
-      return absl::Status(static_cast<absl::StatusCode>(status.error_code()),
-                          absl::StrCat("Echo: ", status.error_message()));
+    if (!echo_->RoundTrip(echo_request_, &echo_response_)) {
+      const absl::Status& ended = echo_->status();
+      return absl::Status(ended.code(),
+                          absl::StrCat("Echo: ", ended.message()));
     }
     stats->bytes_sent += static_cast<int64_t>(echo_request_.ByteSizeLong());
     stats->bytes_received +=
         static_cast<int64_t>(echo_response_.ByteSizeLong());
-    ++stats->codes["OK"];
     return absl::OkStatus();
   }
 
@@ -437,17 +565,10 @@ class SessionRunner final : public Runner {
   uint64_t step_ = 0;
   uint64_t next_slot_ = 0;
   size_t pool_index_ = 0;
-  bool broken_ = false;
-  bool broken_echo_ = false;
   int64_t request_size_ = 0;
   std::unique_ptr<Session> session_;
-  std::unique_ptr<grpc::ClientContext> decode_context_;
-  std::unique_ptr<
-      grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>>
-      decode_;
-  std::unique_ptr<grpc::ClientContext> echo_context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::EchoMessage, v1::EchoMessage>>
-      echo_;
+  std::unique_ptr<DecodeStream> decode_;  // --client=sync
+  std::unique_ptr<EchoStream> echo_;
   v1::DecodeRequest request_;
   v1::DecodeResponse response_;
   v1::EchoMessage echo_request_;
@@ -468,6 +589,7 @@ class BatchRunner final : public Runner {
                                                           : StreamApi::kSync);
     SessionOptions options;
     options.step_deadline = absl::GetFlag(FLAGS_step_deadline);
+    options.create_deadline = absl::GetFlag(FLAGS_create_deadline);
     options.offline_when_unavailable = false;
     for (size_t i = 0; i < data_.size(); ++i) {
       absl::StatusOr<std::unique_ptr<Session>> session =
@@ -488,17 +610,13 @@ class BatchRunner final : public Runner {
                     data_[i].prefill_entropy)};
         absl::StatusOr<StepOutcome> o = std::move(batch_->Step({&step, 1})[0]);
         if (!o.ok()) return o.status();
-        if (o->fallback) {
-          return absl::UnavailableError(
-              absl::StrCat("prefill decided locally: ",
-                           sessions_[i]->degraded_reason().ToString()));
-        }
+        if (o->fallback) return PrefillFellBack(*sessions_[i]);
       }
     }
     if (std::find(shared_->modes.begin(), shared_->modes.end(), "echo") !=
         shared_->modes.end()) {
-      echo_context_ = std::make_unique<grpc::ClientContext>();
-      echo_ = shared_->stub->Echo(echo_context_.get());
+      echo_ = std::make_unique<EchoStream>(
+          [&](grpc::ClientContext* c) { return shared_->stub->Echo(c); });
     }
     return absl::OkStatus();
   }
@@ -508,10 +626,13 @@ class BatchRunner final : public Runner {
     const int64_t n = static_cast<int64_t>(data_.size());
     for (int k = 0; k < shared_->steps_per_round; ++k) {
       PaceStep(shared_->per_session_rate, phase_start, k);
-      if (mode == "echo") {
-        if (!broken_echo_) Echo(&stats);
-      } else {
+      if (mode != "echo") {
         Decode(&stats);
+      } else if (echo_->ended()) {
+        // Not sent: counted under the status that ended the stream.
+        stats.not_sent[CodeName(echo_->status().code())] += n;
+      } else {
+        Echo(&stats);
       }
       shared_->done.fetch_add(n, std::memory_order_relaxed);
     }
@@ -519,12 +640,15 @@ class BatchRunner final : public Runner {
     shared_->stats[mode].Merge(stats);
   }
 
+  // Safe after a failed SetUp() and after any failure of the server.
   void TearDown() override {
-    for (auto& session : sessions_) (void)session->Close();
-    if (echo_ != nullptr) {
-      echo_->WritesDone();
-      (void)echo_->Finish();
+    for (auto& session : sessions_) {
+      if (absl::Status closed = session->Close(); !closed.ok()) {
+        shared_->CloseFailed(closed);
+      }
     }
+    // A broken echo stream was counted when it broke.
+    if (echo_ != nullptr) (void)echo_->Close();
   }
 
  private:
@@ -572,10 +696,11 @@ class BatchRunner final : public Runner {
       sent += after.bytes_sent - before[i].bytes_sent;
       received += after.bytes_received - before[i].bytes_received;
       if (!outcomes[i].ok()) {
-        ++stats->codes[absl::StatusCodeToString(outcomes[i].status().code())];
+        ++stats->codes[CodeName(outcomes[i].status().code())];
         all_server = false;
       } else if (outcomes[i]->fallback) {
         ++stats->fallbacks;
+        ++stats->fallback_causes[FallbackCause(*sessions_[i])];
         all_server = false;
       } else {
         ++stats->codes["OK"];
@@ -604,10 +729,10 @@ class BatchRunner final : public Runner {
                                             'x');
     echo_request_.set_reply_bytes(static_cast<uint32_t>(last_received_));
     const absl::Time start = absl::Now();
-    if (!echo_->Write(echo_request_) || !echo_->Read(&echo_response_)) {
-      broken_echo_ = true;
-      grpc::Status status = echo_->Finish();
-      ++stats->codes[CodeName(status.error_code())];
+    if (!echo_->RoundTrip(echo_request_, &echo_response_)) {
+      // The message carried one step of each session.
+      stats->codes[CodeName(echo_->status().code())] +=
+          static_cast<int64_t>(data_.size());
       return;
     }
     stats->latency_ns.push_back(absl::ToInt64Nanoseconds(absl::Now() - start));
@@ -625,10 +750,7 @@ class BatchRunner final : public Runner {
   size_t pool_index_ = 0;
   int64_t last_sent_ = 0;
   int64_t last_received_ = 0;
-  bool broken_echo_ = false;
-  std::unique_ptr<grpc::ClientContext> echo_context_;
-  std::unique_ptr<grpc::ClientReaderWriter<v1::EchoMessage, v1::EchoMessage>>
-      echo_;
+  std::unique_ptr<EchoStream> echo_;
   v1::EchoMessage echo_request_;
   v1::EchoMessage echo_response_;
 };
@@ -766,10 +888,12 @@ int Run() {
     ClientOptions options;
     options.target = target;
     options.max_message_bytes = 256 << 20;
+    // Connect() does not wait for the server: it fails only on options,
+    // i.e. on flags.
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) {
       std::fprintf(stderr, "%s\n", client.status().ToString().c_str());
-      return 1;
+      return 2;
     }
     shared.client = *std::move(client);
   }
@@ -861,16 +985,26 @@ int Run() {
       setup_status[i] = runners[i]->SetUp();
       barrier.arrive_and_wait();
       if (!setup_status[i].ok()) {
-        // Keep the lock step, doing nothing.
+        // Keep the lock step; the steps of sessions that never started are
+        // not sent, counted under the status their start failed with.
+        const std::string code = CodeName(setup_status[i].code());
         for (size_t p = 0; p < phase_modes.size(); ++p) {
+          ModeStats stats;
+          stats.not_sent[code] = int64_t{batch} * shared.steps_per_round;
+          shared.done.fetch_add(stats.not_sent[code]);
+          {
+            absl::MutexLock lock(&shared.mu);
+            shared.stats[phase_modes[p]].Merge(stats);
+          }
           barrier.arrive_and_wait();
         }
-        return;
+      } else {
+        for (size_t p = 0; p < phase_modes.size(); ++p) {
+          runners[i]->RunPhase(phase_modes[p], phase_start);
+          barrier.arrive_and_wait();
+        }
       }
-      for (size_t p = 0; p < phase_modes.size(); ++p) {
-        runners[i]->RunPhase(phase_modes[p], phase_start);
-        barrier.arrive_and_wait();
-      }
+      // Closes whatever was opened, a failed start included.
       runners[i]->TearDown();
     });
   }
@@ -883,20 +1017,22 @@ int Run() {
   if (progress.joinable()) progress.join();
 
   int failed = 0;
+  absl::MutexLock lock(&shared.mu);
   for (int i = 0; i < threads_count; ++i) {
     if (!setup_status[i].ok()) {
       if (failed++ == 0) {
         std::fprintf(stderr, "%s %d: %s\n", batch > 1 ? "batch" : "session", i,
                      setup_status[i].ToString().c_str());
       }
+      shared.failures.sessions_not_started[CodeName(setup_status[i].code())] +=
+          batch;
     }
   }
-  if (failed == threads_count) {
-    std::fprintf(stderr, "every session failed to start\n");
-    return 1;
+  if (failed > 0) {
+    std::fprintf(stderr, "%d of %d %s failed to start\n", failed, threads_count,
+                 batch > 1 ? "batches" : "sessions");
   }
 
-  absl::MutexLock lock(&shared.mu);
   absl::Time previous = setup_end;
   for (size_t p = 0; p < phase_ends.size(); ++p) {
     shared.stats[phase_modes[p]].wall_seconds +=
@@ -918,6 +1054,7 @@ int Run() {
   run.rate = absl::GetFlag(FLAGS_rate);
   run.client = client_kind;
   run.batch = batch;
+  run.planned_steps = total;
   {
     SessionData sample = MakeData(config, 0, 1, 1, 1);
     v1::DecodeRequest r;
@@ -926,14 +1063,20 @@ int Run() {
              r.add_steps());
     run.request_bytes = static_cast<int64_t>(r.ByteSizeLong());
   }
-  if (failed > 0) {
-    shared.stats[shared.modes[0]].codes["SESSION_SETUP_FAILED"] += failed;
-  }
-  const std::string report = absl::GetFlag(FLAGS_json)
-                                 ? FormatJson(run, shared.stats)
-                                 : FormatText(run, shared.stats);
+  const std::string report =
+      absl::GetFlag(FLAGS_json)
+          ? FormatJson(run, shared.stats, shared.failures)
+          : FormatText(run, shared.stats, shared.failures);
   std::fputs(report.c_str(), stdout);
-  return failed > 0 ? 1 : 0;
+  std::fflush(stdout);
+  if (absl::GetFlag(FLAGS_fail_on_error) &&
+      AnyFailure(shared.stats, shared.failures)) {
+    std::fprintf(stderr,
+                 "entrokv-loadgen: failures (see the report); exit 1 "
+                 "(--fail_on_error)\n");
+    return 1;
+  }
+  return 0;
 }
 
 }  // namespace

@@ -41,6 +41,31 @@ std::string Bytes(double per_s) {
   return absl::StrFormat("%.1f kB/s", per_s / 1e3);
 }
 
+int64_t Sum(const std::map<std::string, int64_t>& counts) {
+  int64_t sum = 0;
+  for (const auto& [code, n] : counts) sum += n;
+  return sum;
+}
+
+// "CODE=n CODE=n"; "-" when empty.
+std::string CodesText(const std::map<std::string, int64_t>& counts) {
+  if (counts.empty()) return "-";
+  std::vector<std::string> parts;
+  for (const auto& [code, n] : counts) {
+    parts.push_back(absl::StrCat(code, "=", n));
+  }
+  return absl::StrJoin(parts, " ");
+}
+
+// {"CODE": n, ...}
+std::string CodesJson(const std::map<std::string, int64_t>& counts) {
+  std::vector<std::string> parts;
+  for (const auto& [code, n] : counts) {
+    parts.push_back(absl::StrFormat("\"%s\": %d", code, n));
+  }
+  return absl::StrCat("{", absl::StrJoin(parts, ", "), "}");
+}
+
 std::string JsonPercentiles(const Percentiles& p) {
   return absl::StrFormat(
       "{\"p50\": %.1f, \"p90\": %.1f, \"p99\": %.1f, \"p99.9\": %.1f, "
@@ -60,6 +85,39 @@ void ModeStats::Merge(const ModeStats& other) {
   evicted += other.evicted;
   fallbacks += other.fallbacks;
   for (const auto& [code, n] : other.codes) codes[code] += n;
+  for (const auto& [code, n] : other.not_sent) not_sent[code] += n;
+  for (const auto& [code, n] : other.fallback_causes) {
+    fallback_causes[code] += n;
+  }
+}
+
+int64_t ModeStats::FailedSteps() const {
+  int64_t failed = Sum(not_sent) + fallbacks;
+  for (const auto& [code, n] : codes) {
+    if (code != "OK") failed += n;
+  }
+  return failed;
+}
+
+std::map<std::string, int64_t> ModeStats::FailuresByCode() const {
+  std::map<std::string, int64_t> out = not_sent;
+  for (const auto& [code, n] : codes) {
+    if (code != "OK") out[code] += n;
+  }
+  for (const auto& [code, n] : fallback_causes) out[code] += n;
+  // Fallbacks without a recorded cause (none expected) still count.
+  const int64_t uncaused = fallbacks - Sum(fallback_causes);
+  if (uncaused > 0) out["FALLBACK"] += uncaused;
+  return out;
+}
+
+bool AnyFailure(const std::map<std::string, ModeStats>& modes,
+                const RunFailures& failures) {
+  for (const auto& [name, stats] : modes) {
+    if (stats.FailedSteps() > 0) return true;
+  }
+  return Sum(failures.sessions_not_started) > 0 ||
+         Sum(failures.closes_failed) > 0;
 }
 
 Percentiles ComputePercentiles(std::vector<int64_t>* ns) {
@@ -82,7 +140,8 @@ Percentiles ComputePercentiles(std::vector<int64_t>* ns) {
 }
 
 std::string FormatText(const RunDescription& run,
-                       std::map<std::string, ModeStats>& modes) {
+                       std::map<std::string, ModeStats>& modes,
+                       const RunFailures& failures) {
   std::string out = absl::StrFormat(
       "entrokv-loadgen  target=%s  %s  policy=%s budget=%d\n"
       "  sessions=%d prefill=%d rounds=%d x %d steps/session/mode  %s  "
@@ -133,6 +192,27 @@ std::string FormatText(const RunDescription& run,
         "(not in the count, status, evictions or latency above)\n",
         modes["entrokv"].fallbacks);
   }
+  int64_t failed = 0;
+  for (const auto& [name, stats] : modes) failed += stats.FailedSteps();
+  if (failed == 0 && !AnyFailure(modes, failures)) {
+    absl::StrAppend(&out, "\nfailures: none\n");
+  } else {
+    absl::StrAppendFormat(
+        &out, "\nfailures: %d of %d steps not answered OK by the server\n",
+        failed, run.planned_steps);
+    for (const auto& [name, stats] : modes) {
+      absl::StrAppendFormat(
+          &out,
+          "  %-8s %9d  %s  (%d not sent: their stream had ended or their "
+          "session never started; %d decided locally)\n",
+          name, stats.FailedSteps(), CodesText(stats.FailuresByCode()),
+          Sum(stats.not_sent), stats.fallbacks);
+    }
+    absl::StrAppendFormat(&out, "  sessions that failed to start: %s\n",
+                          CodesText(failures.sessions_not_started));
+    absl::StrAppendFormat(&out, "  session closes that failed: %s\n",
+                          CodesText(failures.closes_failed));
+  }
   if (summaries.contains("entrokv") && summaries.contains("echo") &&
       summaries["echo"].latency.p50_us > 0 &&
       summaries["echo"].steps_per_s > 0) {
@@ -147,25 +227,30 @@ std::string FormatText(const RunDescription& run,
 }
 
 std::string FormatJson(const RunDescription& run,
-                       std::map<std::string, ModeStats>& modes) {
+                       std::map<std::string, ModeStats>& modes,
+                       const RunFailures& failures) {
   std::vector<std::string> parts;
   std::map<std::string, Summary> summaries;
+  int64_t failed = 0;
+  std::map<std::string, int64_t> failed_by_code;
   for (auto& [name, stats] : modes) {
     Summary s = Summarize(stats, run.batch);
     summaries[name] = s;
-    std::vector<std::string> codes;
-    for (const auto& [code, n] : stats.codes) {
-      codes.push_back(absl::StrFormat("\"%s\": %d", code, n));
-    }
+    const std::map<std::string, int64_t> by_code = stats.FailuresByCode();
+    failed += stats.FailedSteps();
+    for (const auto& [code, n] : by_code) failed_by_code[code] += n;
     parts.push_back(absl::StrFormat(
         "\"%s\": {\"count\": %d, \"steps_per_s\": %.1f, \"latency_us\": %s, "
         "\"server_compute_us\": %s, \"bytes_sent_per_s\": %.0f, "
         "\"bytes_received_per_s\": %.0f, \"evictions_per_step\": %.4f, "
-        "\"fallbacks\": %d, \"status\": {%s}, \"wall_s\": %.3f}",
+        "\"fallbacks\": %d, \"status\": %s, \"failed\": %d, "
+        "\"failures\": %s, \"not_sent\": %s, \"fallback_causes\": %s, "
+        "\"wall_s\": %.3f}",
         name, s.count, s.steps_per_s, JsonPercentiles(s.latency),
         JsonPercentiles(s.server), s.sent_per_s, s.received_per_s,
-        s.evicted_per_step, stats.fallbacks, absl::StrJoin(codes, ", "),
-        stats.wall_seconds));
+        s.evicted_per_step, stats.fallbacks, CodesJson(stats.codes),
+        stats.FailedSteps(), CodesJson(by_code), CodesJson(stats.not_sent),
+        CodesJson(stats.fallback_causes), stats.wall_seconds));
   }
   std::string ratios = "null";
   if (summaries.contains("entrokv") && summaries.contains("echo") &&
@@ -182,10 +267,14 @@ std::string FormatJson(const RunDescription& run,
       "\"budget\": %d, \"sessions\": %d, \"prefill\": %d, \"rounds\": %d, "
       "\"steps_per_round\": %d, \"rate\": %.1f, \"client\": \"%s\", "
       "\"request_bytes\": %d, \"batch\": %d, \"modes\": {%s}, "
-      "\"entrokv_over_echo\": %s}\n",
+      "\"entrokv_over_echo\": %s, \"failures\": {\"planned_steps\": %d, "
+      "\"failed_steps\": %d, \"steps_by_code\": %s, "
+      "\"sessions_not_started\": %s, \"closes_failed\": %s}}\n",
       run.target, run.shape, run.policy, run.budget, run.sessions, run.prefill,
       run.rounds, run.steps_per_round, run.rate, run.client, run.request_bytes,
-      run.batch, absl::StrJoin(parts, ", "), ratios);
+      run.batch, absl::StrJoin(parts, ", "), ratios, run.planned_steps, failed,
+      CodesJson(failed_by_code), CodesJson(failures.sessions_not_started),
+      CodesJson(failures.closes_failed));
 }
 
 }  // namespace entrokv::loadgen

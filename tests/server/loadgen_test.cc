@@ -1,18 +1,29 @@
-// entrokv-loadgen (the binary) against an in-process server: its report
-// counts only the server's answers in the latency figures, counts the client
-// library's local fallbacks apart, and says so plainly when the server has
-// Echo disabled.
+// entrokv-loadgen (the binary) against an in-process server or the server
+// binary: its report counts only the server's answers in the latency
+// figures, counts the client library's local fallbacks apart, and says so
+// plainly when the server has Echo disabled; in every client mode it
+// survives a server that drains, is killed or is not there, counts the
+// failed steps by status code, and exits non-zero only with --fail_on_error.
 
+#include <fcntl.h>
+#include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <functional>
+#include <ostream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "gmock/gmock.h"
 #include "grpcpp/server_builder.h"
 #include "gtest/gtest.h"
@@ -21,11 +32,15 @@
 #ifndef ENTROKV_LOADGEN_BINARY
 #error "ENTROKV_LOADGEN_BINARY must name the entrokv-loadgen executable"
 #endif
+#ifndef ENTROKV_SERVER_BINARY
+#error "ENTROKV_SERVER_BINARY must name the entrokv-server executable"
+#endif
 
 namespace entrokv::server::testing {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 struct LoadgenRun {
   int exit_code = -1;
@@ -35,8 +50,11 @@ struct LoadgenRun {
 LoadgenRun RunLoadgen(const std::vector<std::string>& args) {
   std::vector<std::string> quoted;
   for (const std::string& arg : args) quoted.push_back("'" + arg + "'");
-  const std::string command = absl::StrCat("'", ENTROKV_LOADGEN_BINARY, "' ",
-                                           absl::StrJoin(quoted, " "), " 2>&1");
+  // A hung loadgen ends (exit 124) instead of hanging the test; one killed
+  // by a signal (an abort) exits 128 + the signal.
+  const std::string command =
+      absl::StrCat("timeout -k 5 90 '", ENTROKV_LOADGEN_BINARY, "' ",
+                   absl::StrJoin(quoted, " "), " 2>&1");
   LoadgenRun run;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;
@@ -57,6 +75,33 @@ int64_t JsonInt(const std::string& json, const std::string& key) {
   const size_t at = json.find(prefix);
   if (at == std::string::npos) return 0;
   return std::strtoll(json.c_str() + at + prefix.size(), nullptr, 10);
+}
+
+// The sum of the integers after every "\"key\": " in `json`.
+int64_t JsonSum(const std::string& json, const std::string& key) {
+  const std::string prefix = absl::StrCat("\"", key, "\": ");
+  int64_t sum = 0;
+  for (size_t at = json.find(prefix); at != std::string::npos;
+       at = json.find(prefix, at + 1)) {
+    sum += std::strtoll(json.c_str() + at + prefix.size(), nullptr, 10);
+  }
+  return sum;
+}
+
+// The sum of the values of the flat object "\"key\": {...}" (its first
+// occurrence) in `json`; -1 when absent.
+int64_t JsonObjectSum(const std::string& json, const std::string& key) {
+  const std::string prefix = absl::StrCat("\"", key, "\": {");
+  const size_t at = json.find(prefix);
+  if (at == std::string::npos) return -1;
+  const size_t end = json.find('}', at);
+  const std::string object = json.substr(at, end - at);
+  int64_t sum = 0;
+  for (size_t colon = object.find("\": ", prefix.size());
+       colon != std::string::npos; colon = object.find("\": ", colon + 1)) {
+    sum += std::strtoll(object.c_str() + colon + 3, nullptr, 10);
+  }
+  return sum;
 }
 
 // A small, fast workload.
@@ -135,7 +180,68 @@ class SilentService final : public v1::EntroKv::CallbackService {
   };
 };
 
-class LoadgenTest : public ServerTest {};
+// A run long enough to be cut mid-way: 2 sessions, paced so that each mode
+// (entrokv, then the Echo baseline) lasts about 1 s, reported as JSON.
+constexpr int kSessions = 2;
+constexpr int kStepsPerRound = 400;
+std::vector<std::string> PacedWorkload(const std::string& target,
+                                       const std::string& mode, int batch) {
+  const int threads = kSessions / batch;
+  return {absl::StrCat("--target=", target),
+          absl::StrCat("--sessions=", kSessions),
+          "--prefill=0",
+          "--rounds=1",
+          absl::StrCat("--steps_per_round=", kStepsPerRound),
+          absl::StrCat("--rate=", kStepsPerRound * threads),
+          "--layers=1",
+          "--kv_heads=1",
+          "--q_heads=1",
+          "--head_dim=8",
+          "--budget=4",
+          "--policy=window",
+          "--progress=false",
+          absl::StrCat("--mode=", mode),
+          "--json"};
+}
+
+// Waits (at most 30 s) until `count()` reaches `n`; false if it did not.
+template <typename Count>
+bool WaitUntil(Count count, int64_t n) {
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (absl::Now() < deadline) {
+    if (count() >= n) return true;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return false;
+}
+
+// How long the sessions step against the server before it goes away.
+constexpr absl::Duration kServedFor = absl::Milliseconds(300);
+
+class LoadgenTest : public ServerTest {
+ protected:
+  // Starts an in-process server (Echo on), runs the loadgen with `args` plus
+  // its target, and drains the server (100 ms) once the sessions have
+  // stepped for kServedFor.
+  LoadgenRun RunAndDrain(
+      const std::function<std::vector<std::string>(const std::string&)>& args) {
+    ServerOptions options = TestServerOptions();
+    options.enable_echo = true;
+    StartServer(options);
+    if (HasFatalFailure()) return {};
+    LoadgenRun run;
+    std::thread loadgen([&, command = args(server_->targets()[0])] {
+      run = RunLoadgen(command);
+    });
+    EXPECT_TRUE(
+        WaitUntil([&] { return server_->registry().size(); }, kSessions))
+        << "the loadgen's sessions never started";
+    absl::SleepFor(kServedFor);
+    server_->Shutdown(absl::Milliseconds(100));
+    loadgen.join();
+    return run;
+  }
+};
 
 // Against a server that never answers a step, every step is decided locally
 // by the client library: none is a server answer, so the count, the status
@@ -172,23 +278,27 @@ TEST_F(LoadgenTest, FallbackStepsAreNotCountedAsServerAnswers) {
   server->Shutdown(std::chrono::system_clock::now());
 }
 
-// Against the real server with a deadline it cannot always meet, every step
-// is either a server answer (in the count and the status histogram) or a
-// fallback, never both.
+// Against the real server, drained mid-run: the steps before the drain are
+// the server's answers (in the count and the status histogram), those after
+// it are decided locally by the client library, and no step is both.
 TEST_F(LoadgenTest, EveryStepIsEitherAnAnswerOrAFallback) {
-  StartServer();
-  std::vector<std::string> args = SmallWorkload(server_->targets()[0]);
-  args.push_back("--client=library");
-  args.push_back("--step_deadline=1us");
-  args.push_back("--mode=entrokv");
-  args.push_back("--json");
-  const LoadgenRun json = RunLoadgen(args);
+  const LoadgenRun json = RunAndDrain([](const std::string& target) {
+    std::vector<std::string> args = PacedWorkload(target, "entrokv", 1);
+    args.push_back("--client=library");
+    return args;
+  });
   EXPECT_EQ(json.exit_code, 0) << json.output;
   const int64_t count = JsonInt(json.output, "count");
   const int64_t fallbacks = JsonInt(json.output, "fallbacks");
   const int64_t ok = JsonInt(json.output, "OK");
-  EXPECT_EQ(count + fallbacks, 20) << json.output;
+  EXPECT_GT(count, 0) << json.output;
+  EXPECT_GT(fallbacks, 0) << json.output;
+  EXPECT_EQ(count + fallbacks, kSessions * kStepsPerRound) << json.output;
   EXPECT_EQ(ok, count) << json.output;
+  // The fallbacks are the run's failed steps, by the code of their cause.
+  EXPECT_EQ(JsonInt(json.output, "failed_steps"), fallbacks) << json.output;
+  EXPECT_EQ(JsonObjectSum(json.output, "fallback_causes"), fallbacks)
+      << json.output;
 }
 
 // Echo is off unless the server runs with --enable_echo: the load generator
@@ -202,6 +312,152 @@ TEST_F(LoadgenTest, SaysWhenTheServerHasEchoDisabled) {
   EXPECT_THAT(run.output, HasSubstr("--enable_echo"));
   EXPECT_THAT(run.output, HasSubstr("entrokv "));
 }
+
+// ---------------------------------------------------------------------------
+// A server that drains, is killed or is not there, in every client mode.
+
+struct ClientMode {
+  std::string name;
+  std::vector<std::string> flags;
+  int batch = 1;  // Sessions per thread (--batch).
+};
+
+void PrintTo(const ClientMode& mode, std::ostream* os) {
+  *os << absl::StrJoin(mode.flags, " ");
+}
+
+std::string ModeName(const ::testing::TestParamInfo<ClientMode>& info) {
+  return info.param.name;
+}
+
+// What a run that lost its server shows: the report with every planned step
+// accounted for (answered OK, or failed and counted by status code), some
+// failed, and the exit code --fail_on_error asks for; never an abort.
+void ExpectFailuresReported(const LoadgenRun& run, bool fail_on_error) {
+  EXPECT_EQ(run.exit_code, fail_on_error ? 1 : 0) << run.output;
+  EXPECT_THAT(run.output, Not(HasSubstr("TOO_MANY_OPERATIONS")));
+  const int64_t planned = JsonInt(run.output, "planned_steps");
+  const int64_t failed = JsonInt(run.output, "failed_steps");
+  EXPECT_EQ(planned, int64_t{kSessions} * kStepsPerRound * 2) << run.output;
+  EXPECT_GT(failed, 0) << run.output;
+  EXPECT_EQ(JsonSum(run.output, "OK") + failed, planned) << run.output;
+  EXPECT_EQ(JsonObjectSum(run.output, "steps_by_code"), failed) << run.output;
+}
+
+class LoadgenLosesServerTest
+    : public LoadgenTest,
+      public ::testing::WithParamInterface<ClientMode> {
+ protected:
+  std::vector<std::string> Args(const std::string& target,
+                                bool fail_on_error) const {
+    std::vector<std::string> args =
+        PacedWorkload(target, "both", GetParam().batch);
+    args.insert(args.end(), GetParam().flags.begin(), GetParam().flags.end());
+    if (fail_on_error) args.push_back("--fail_on_error");
+    return args;
+  }
+};
+
+// SIGTERM's drain, in process: the streams are cut after 100 ms.
+TEST_P(LoadgenLosesServerTest, SurvivesADrain) {
+  for (const bool fail_on_error : {false, true}) {
+    SCOPED_TRACE(fail_on_error ? "--fail_on_error" : "default");
+    const LoadgenRun run = RunAndDrain(
+        [&](const std::string& target) { return Args(target, fail_on_error); });
+    ExpectFailuresReported(run, fail_on_error);
+    // Served before the drain.
+    EXPECT_GT(JsonInt(run.output, "OK"), 0) << run.output;
+  }
+}
+
+// Runs the server binary on a unix socket; returns its pid.
+pid_t SpawnServer(const std::string& socket) {
+  const pid_t pid = fork();
+  if (pid == 0) {
+    const int null = open("/dev/null", O_WRONLY);
+    dup2(null, STDOUT_FILENO);
+    dup2(null, STDERR_FILENO);
+    std::vector<std::string> args = {ENTROKV_SERVER_BINARY,
+                                     absl::StrCat("--listen=unix:", socket),
+                                     "--gpu=false", "--enable_echo"};
+    std::vector<char*> argv;
+    for (std::string& arg : args) argv.push_back(arg.data());
+    argv.push_back(nullptr);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  return pid;
+}
+
+// SIGKILL of the server binary: no drain, no status, the connection drops.
+TEST_P(LoadgenLosesServerTest, SurvivesAKilledServer) {
+  for (const bool fail_on_error : {false, true}) {
+    SCOPED_TRACE(fail_on_error ? "--fail_on_error" : "default");
+    const std::string socket =
+        absl::StrCat("/tmp/entrokv-test-", getpid(), "-loadgen-kill.sock");
+    unlink(socket.c_str());
+    const pid_t pid = SpawnServer(socket);
+    ASSERT_GT(pid, 0);
+    auto channel = grpc::CreateChannel(absl::StrCat("unix:", socket),
+                                       grpc::InsecureChannelCredentials());
+    ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                          std::chrono::seconds(30)));
+    auto stub = v1::EntroKv::NewStub(channel);
+    LoadgenRun run;
+    std::thread loadgen(
+        [&, command = Args(absl::StrCat("unix:", socket), fail_on_error)] {
+          run = RunLoadgen(command);
+        });
+    EXPECT_TRUE(WaitUntil(
+        [&]() -> int64_t {
+          absl::StatusOr<v1::ListSessionsResponse> list =
+              ListSessions(stub.get());
+          return list.ok() ? list->sessions_size() : 0;
+        },
+        kSessions))
+        << "the loadgen's sessions never started";
+    absl::SleepFor(kServedFor);
+    ASSERT_EQ(kill(pid, SIGKILL), 0);
+    waitpid(pid, nullptr, 0);
+    loadgen.join();
+    unlink(socket.c_str());
+    ExpectFailuresReported(run, fail_on_error);
+    EXPECT_GT(JsonInt(run.output, "OK"), 0) << run.output;
+  }
+}
+
+// Nothing listens at the target: every session fails to start, every step
+// is counted as not sent, and the report still comes (JSON and text).
+TEST_P(LoadgenLosesServerTest, SurvivesADeadTarget) {
+  const std::string target =
+      absl::StrCat("unix:/tmp/entrokv-test-", getpid(), "-nothing.sock");
+  const LoadgenRun json = RunLoadgen(Args(target, false));
+  ExpectFailuresReported(json, false);
+  EXPECT_EQ(JsonSum(json.output, "OK"), 0) << json.output;
+  EXPECT_EQ(JsonObjectSum(json.output, "sessions_not_started"), kSessions)
+      << json.output;
+
+  std::vector<std::string> text_args = Args(target, true);
+  text_args.erase(std::find(text_args.begin(), text_args.end(), "--json"));
+  const LoadgenRun text = RunLoadgen(text_args);
+  EXPECT_EQ(text.exit_code, 1) << text.output;
+  EXPECT_THAT(text.output,
+              HasSubstr(absl::StrCat(
+                  "failures: ", kSessions * kStepsPerRound * 2, " of ",
+                  kSessions * kStepsPerRound * 2, " steps not answered OK")));
+  EXPECT_THAT(text.output, HasSubstr("sessions that failed to start: "));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    ClientModes, LoadgenLosesServerTest,
+    ::testing::Values(
+        ClientMode{"Sync", {"--client=sync"}},
+        ClientMode{"Library", {"--client=library"}},
+        ClientMode{"LibraryCallback", {"--client=library-callback"}},
+        ClientMode{"Batch", {"--client=library", "--batch=2"}, 2},
+        ClientMode{
+            "BatchCallback", {"--client=library-callback", "--batch=2"}, 2}),
+    ModeName);
 
 }  // namespace
 }  // namespace entrokv::server::testing
