@@ -46,10 +46,6 @@ uint32_t RandomSeed(const void* session) {
       static_cast<int64_t>(reinterpret_cast<uintptr_t>(session)));
 }
 
-// How often a degraded session may poke a channel in TRANSIENT_FAILURE
-// (gRPC's shortest reconnect backoff).
-constexpr absl::Duration kPokeEvery = absl::Milliseconds(100);
-
 // `status` with `what` before its message, its code kept.
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(what, status.message()));
@@ -177,26 +173,96 @@ class Graveyard {
 
 void SweepBackgroundCalls() { Graveyard::Get().Sweep(); }
 
-void PokeInBackground(std::shared_ptr<grpc::Channel> channel,
-                      absl::Duration deadline) {
-  SweepBackgroundCalls();
+void HealthWatch::Check(const std::shared_ptr<HealthWatch>& watch,
+                        const std::shared_ptr<grpc::Channel>& channel,
+                        absl::Duration timeout, bool now_due) {
+  const absl::Time now = absl::Now();
+  {
+    absl::MutexLock lock(&watch->mu_);
+    if (watch->in_flight_) {
+      if (now_due) watch->follow_up_ = true;
+      return;
+    }
+    if (!now_due && now - watch->last_sent_ < kEvery) return;
+    watch->in_flight_ = true;
+    watch->last_sent_ = now;
+  }
+  Send(watch, channel, timeout, now, /*on_grpc_thread=*/false);
+}
+
+void HealthWatch::Send(const std::shared_ptr<HealthWatch>& watch,
+                       const std::shared_ptr<grpc::Channel>& channel,
+                       absl::Duration timeout, absl::Time now,
+                       bool on_grpc_thread) {
+  // Deleting ended calls may drop a channel's last reference: not on gRPC's
+  // thread (see Graveyard).
+  if (!on_grpc_thread) SweepBackgroundCalls();
   // grpc.health.v1.Health/Check with an empty request (the server's overall
   // health): no entrokv state is touched when it does reach a server.
   struct Call final : BackgroundCall {
-    explicit Call(std::shared_ptr<grpc::Channel> channel)
-        : stub(std::move(channel)) {}
+    Call(std::shared_ptr<HealthWatch> watch,
+         std::shared_ptr<grpc::Channel> channel, absl::Duration timeout,
+         absl::Time sent)
+        : watch(std::move(watch)),
+          channel(channel),
+          stub(std::move(channel)),
+          timeout(timeout),
+          sent(sent) {}
+    std::shared_ptr<HealthWatch> watch;
+    std::shared_ptr<grpc::Channel> channel;
     grpc::GenericStub stub;
+    const absl::Duration timeout;
+    const absl::Time sent;
     grpc::ClientContext context;
     grpc::ByteBuffer request;
     grpc::ByteBuffer response;
   };
-  auto* call = new Call(std::move(channel));
+  auto* call = new Call(watch, channel, timeout, now);
   grpc::Slice empty("");
   call->request = grpc::ByteBuffer(&empty, 1);
-  call->context.set_deadline(absl::ToChronoTime(absl::Now() + deadline));
-  call->stub.UnaryCall(&call->context, "/grpc.health.v1.Health/Check",
-                       grpc::StubOptions(), &call->request, &call->response,
-                       [call](grpc::Status) { Graveyard::Get().Bury(call); });
+  call->context.set_deadline(absl::ToChronoTime(now + timeout));
+  call->stub.UnaryCall(
+      &call->context, "/grpc.health.v1.Health/Check", grpc::StubOptions(),
+      &call->request, &call->response, [call](grpc::Status status) {
+        bool serving = status.error_code() == grpc::StatusCode::UNIMPLEMENTED;
+        if (status.ok()) {
+          // HealthCheckResponse{status: SERVING}: field 1, varint 1.
+          std::vector<grpc::Slice> slices;
+          std::string bytes;
+          if (call->response.Dump(&slices).ok()) {
+            for (const grpc::Slice& slice : slices) {
+              bytes.append(reinterpret_cast<const char*>(slice.begin()),
+                           slice.size());
+            }
+          }
+          serving = bytes == std::string("\x08\x01", 2);
+        }
+        if (call->watch->Answered(call->sent, serving)) {
+          Send(call->watch, call->channel, call->timeout, absl::Now(),
+               /*on_grpc_thread=*/true);
+        }
+        Graveyard::Get().Bury(call);
+      });
+}
+
+bool HealthWatch::Answered(absl::Time sent, bool serving) {
+  absl::MutexLock lock(&mu_);
+  if (sent >= answered_sent_) {
+    answered_sent_ = sent;
+    serving_ = serving;
+  }
+  if (follow_up_) {
+    follow_up_ = false;
+    last_sent_ = absl::Now();
+    return true;  // Still in flight: the follow-up.
+  }
+  in_flight_ = false;
+  return false;
+}
+
+bool HealthWatch::ServingSince(absl::Time since) const {
+  absl::MutexLock lock(&mu_);
+  return serving_ && answered_sent_ >= since;
 }
 
 void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
@@ -257,6 +323,7 @@ Session::Impl::Impl(client_internal::ClientShared shared,
       recovery_wait_(options.recovery_interval),
       random_(RandomSeed(this)) {
   next_recovery_ = absl::Now() + Jittered(recovery_wait_);
+  WatchHealth();
   const SessionCounters before = counters_;
   counters_.offline_sessions = 1;
   shared_.totals->AddDelta(before, counters_);
@@ -515,6 +582,15 @@ void Session::Impl::Degrade(absl::Status why) {
   // recovery (which closes it).
   if (stream_ != nullptr) stream_->Cancel();
   next_recovery_ = absl::Now() + Jittered(recovery_wait_);
+  WatchHealth();
+}
+
+void Session::Impl::WatchHealth() {
+  degraded_at_ = absl::Now();
+  if (!options_.live_keys) return;  // It will not recover.
+  client_internal::HealthWatch::Check(shared_.health, shared_.channel,
+                                      options_.create_deadline,
+                                      /*now_due=*/true);
 }
 
 absl::Duration Session::Impl::Jittered(absl::Duration wait) {
@@ -527,6 +603,8 @@ absl::Duration Session::Impl::Jittered(absl::Duration wait) {
 void Session::Impl::RecoveryFailed() {
   recovery_wait_ = std::min(recovery_wait_ * 2, options_.max_recovery_interval);
   next_recovery_ = absl::Now() + Jittered(recovery_wait_);
+  // The next attempt waits for a check that finds the server serving again.
+  WatchHealth();
 }
 
 bool Session::Impl::RecoveryAccepts(const StepRequest& request) const {
@@ -552,20 +630,20 @@ bool Session::Impl::RecoveryAccepts(const StepRequest& request) const {
 
 void Session::Impl::MaybeRecover(const StepRequest& request) {
   if (!options_.live_keys) return;
-  // Attempts only when the channel is connected: while the server is down
-  // a step costs nothing. GetState() makes an idle channel connect; one in
-  // TRANSIENT_FAILURE reconnects (after its backoff) only when a call asks,
-  // so it is poked with a call that fails at once there.
-  const absl::Time now = absl::Now();
-  if (now < next_recovery_) return;
-  const grpc_connectivity_state state =
-      shared_.channel->GetState(/*try_to_connect=*/true);
-  if (state == GRPC_CHANNEL_TRANSIENT_FAILURE && now >= next_poke_) {
-    client_internal::PokeInBackground(shared_.channel,
+  // The health watch: each step of a degraded session may send a health
+  // check in the background (one at a time per Client, at most every 100
+  // ms); it never waits for one. An attempt is made only once a check sent
+  // since the session degraded found the server serving, so that a server
+  // that is down, stopped or draining costs the engine no blocked step and
+  // no growing backoff.
+  client_internal::HealthWatch::Check(shared_.health, shared_.channel,
                                       options_.create_deadline);
-    next_poke_ = now + kPokeEvery;
+  if (absl::Now() < next_recovery_) return;
+  if (!shared_.health->ServingSince(degraded_at_)) return;
+  if (shared_.channel->GetState(/*try_to_connect=*/true) !=
+      GRPC_CHANNEL_READY) {
+    return;
   }
-  if (state != GRPC_CHANNEL_READY) return;
   if (!RecoveryAccepts(request)) return;
   ++counters_.recovery_attempts;
   if (!Recover(absl::Now() + options_.create_deadline).ok()) RecoveryFailed();

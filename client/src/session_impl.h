@@ -34,11 +34,14 @@ namespace client_internal {
 // the watchdog serves the sessions' sync streams; the totals receive every
 // change of their counters; rpc_deadline bounds the closes sent in the
 // background.
+class HealthWatch;
+
 struct ClientShared {
   std::shared_ptr<grpc::Channel> channel;
   std::shared_ptr<v1::EntroKv::Stub> stub;
   std::shared_ptr<DeadlineWatchdog> watchdog;
   std::shared_ptr<CounterTotals> totals;
+  std::shared_ptr<HealthWatch> health;
   absl::Duration rpc_deadline;
 };
 
@@ -68,11 +71,43 @@ std::unique_ptr<DecodeStream> OpenStream(const ClientShared& shared,
 // Attaches `id` to `stream`, waiting until `deadline` at most.
 absl::Status AttachOn(DecodeStream* stream, const std::string& id,
                       absl::Time deadline);
-// Starts a call on `channel` that fails at once while it is in
-// TRANSIENT_FAILURE, so that gRPC reconnects it (after its reconnect
-// backoff), and returns at once.
-void PokeInBackground(std::shared_ptr<grpc::Channel> channel,
-                      absl::Duration deadline);
+// The health watch of a Client's degraded sessions (session.h, "Recovery"):
+// grpc.health.v1 checks sent in the background, one at a time and at most
+// every kEvery, whose answers say whether the server serves. A check also
+// makes a channel in TRANSIENT_FAILURE reconnect (gRPC reconnects only when a
+// call asks). Thread-safe.
+class HealthWatch {
+ public:
+  static constexpr absl::Duration kEvery = absl::Milliseconds(100);
+
+  // Sends a check on `channel` (answered or given up within `timeout`)
+  // unless one is in flight or the last went less than kEvery ago. With
+  // `now_due` (a session has just degraded, and needs a check sent from now
+  // on), the kEvery limit does not apply, and when a check is in flight
+  // another follows as soon as it is answered.
+  static void Check(const std::shared_ptr<HealthWatch>& watch,
+                    const std::shared_ptr<grpc::Channel>& channel,
+                    absl::Duration timeout, bool now_due = false);
+  // True when the latest answered check was sent at or after `since` and
+  // found the server serving (SERVING, or UNIMPLEMENTED: a server without
+  // the health service is up all the same).
+  bool ServingSince(absl::Time since) const;
+
+ private:
+  // Sends the check (from an engine's thread unless `on_grpc_thread`).
+  static void Send(const std::shared_ptr<HealthWatch>& watch,
+                   const std::shared_ptr<grpc::Channel>& channel,
+                   absl::Duration timeout, absl::Time now, bool on_grpc_thread);
+  // Records an answer; true when another check is due at once.
+  bool Answered(absl::Time sent, bool serving);
+
+  mutable absl::Mutex mu_;
+  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
+  bool follow_up_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Time last_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  absl::Time answered_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
+  bool serving_ ABSL_GUARDED_BY(mu_) = false;
+};
 // Sends CloseSession for `id` and returns at once: best effort, bounded by
 // `deadline` (counted from now); its outcome is ignored.
 void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
@@ -198,6 +233,9 @@ class Session::Impl {
   // Schedules the next attempt after a failed one: the wait doubles, up to
   // options_.max_recovery_interval.
   void RecoveryFailed();
+  // Notes when the session degraded (or an attempt failed): only a health
+  // check sent since counts; sends one when the session may recover.
+  void WatchHealth();
   absl::Duration Jittered(absl::Duration wait);
 
   // How a step decided locally without a server answer is counted.
@@ -232,7 +270,8 @@ class Session::Impl {
   // the next poke of the channel, the wait after the next failure, jitter's
   // source, and what the next step re-sends after a successful attempt.
   absl::Time next_recovery_ = absl::InfiniteFuture();
-  absl::Time next_poke_ = absl::InfinitePast();
+  // When the session last degraded: only a health check sent since counts.
+  absl::Time degraded_at_ = absl::InfinitePast();
   absl::Duration recovery_wait_;
   std::minstd_rand random_;
   std::optional<Resync> resync_;

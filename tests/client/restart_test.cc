@@ -52,9 +52,10 @@ absl::Duration Outage(absl::Duration default_outage) {
 }
 
 // How the server goes away: a graceful Shutdown() of the in-process server
-// (streams end, connections close with GOAWAY), or SIGKILL of a server
-// process (connections reset, nothing said).
-enum class Stop { kShutdown, kKill };
+// (streams end, connections close with GOAWAY), SIGKILL of a server process
+// (connections reset, nothing said), or SIGSTOP of a server process
+// (connections stay open and nothing is answered; "restart" is SIGCONT).
+enum class Stop { kShutdown, kKill, kPause };
 
 // A free TCP port on 127.0.0.1 (free when this returns).
 int FreePort() {
@@ -92,6 +93,13 @@ class RestartTest : public ::testing::TestWithParam<Stop> {
     ASSERT_TRUE(Start());
   }
   void TearDown() override {
+    if (GetParam() == Stop::kPause && pid_ > 0) {
+      kill(pid_, SIGCONT);
+      kill(pid_, SIGKILL);
+      waitpid(pid_, nullptr, 0);
+      pid_ = -1;
+      return;
+    }
     if (pid_ > 0 || server_ != nullptr) StopServer();
   }
 
@@ -99,6 +107,8 @@ class RestartTest : public ::testing::TestWithParam<Stop> {
     if (GetParam() == Stop::kShutdown) {
       server_->Shutdown(absl::ZeroDuration());
       server_.reset();
+    } else if (GetParam() == Stop::kPause) {
+      kill(pid_, SIGSTOP);
     } else {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
@@ -128,8 +138,13 @@ class RestartTest : public ::testing::TestWithParam<Stop> {
     return false;
   }
 
-  // Starts the server again; the time it started serving.
+  // Starts the server again (kPause: lets it go on); the time it started
+  // serving.
   absl::Time Restart() {
+    if (GetParam() == Stop::kPause) {
+      kill(pid_, SIGCONT);
+      return absl::Now();
+    }
     EXPECT_TRUE(Start());
     return absl::Now();
   }
@@ -142,7 +157,15 @@ class RestartTest : public ::testing::TestWithParam<Stop> {
   }
 
   const char* StopName() const {
-    return GetParam() == Stop::kShutdown ? "shutdown" : "kill -9";
+    switch (GetParam()) {
+      case Stop::kShutdown:
+        return "shutdown";
+      case Stop::kKill:
+        return "kill -9";
+      case Stop::kPause:
+        return "SIGSTOP/SIGCONT";
+    }
+    return "?";
   }
 
   int port_ = 0;
@@ -379,6 +402,11 @@ TEST_P(RestartTest, SessionsThatLivedThroughARestartAreServedAgain) {
         "lived through it (%s): %s\n",
         StopName(), sequences[i]->name().c_str(),
         absl::FormatDuration(*served[i]).c_str());
+    // The health watch notices within about a check (100 ms) plus, after a
+    // kill, the channel's reconnect backoff (at most 1 s + 20 %); the wait
+    // before an attempt never grew, since none was made while it was down.
+    // The bound leaves room for a loaded CI machine.
+    EXPECT_LT(*served[i], absl::Seconds(3)) << sequences[i]->name();
   }
 
   // Online again under a new id; served from now on.
@@ -388,6 +416,10 @@ TEST_P(RestartTest, SessionsThatLivedThroughARestartAreServedAgain) {
     EXPECT_FALSE(session->degraded()) << sequences[i]->name();
     EXPECT_NE(session->id(), ids[i]);
     EXPECT_EQ(session->counters().recoveries, 1);
+    // The health watch let no attempt run while the server was away (a
+    // stopped server would have held each for create_deadline).
+    EXPECT_EQ(session->counters().recovery_attempts, 1)
+        << sequences[i]->name();
     // The server holds what the engine holds.
     sequences[i]->Flush();
     ASSERT_OK_AND_ASSIGN(SessionInfo info, client->GetSession(session->id()));
@@ -428,11 +460,18 @@ TEST(ReconnectOptionsTest, ConnectRejectsBadBackoffSettings) {
 }
 
 INSTANTIATE_TEST_SUITE_P(StopKinds, RestartTest,
-                         ::testing::Values(Stop::kShutdown, Stop::kKill),
+                         ::testing::Values(Stop::kShutdown, Stop::kKill,
+                                           Stop::kPause),
                          [](const auto& info) {
-                           return info.param == Stop::kShutdown
-                                      ? std::string("Shutdown")
-                                      : std::string("Kill");
+                           switch (info.param) {
+                             case Stop::kShutdown:
+                               return std::string("Shutdown");
+                             case Stop::kKill:
+                               return std::string("Kill");
+                             case Stop::kPause:
+                               return std::string("Pause");
+                           }
+                           return std::string("Unknown");
                          });
 
 }  // namespace

@@ -47,17 +47,21 @@
 //  - Recovery. The engine owns its KV cache, so only it can give the server
 //    back the keys of the live entries: with SessionOptions::live_keys set, a
 //    degraded session comes back online by itself; without it, it stays
-//    local for the rest of its life. From recovery_interval after it
-//    degraded (500 ms by default, +-recovery_jitter), each step first looks
-//    at the channel: while it is not connected nothing is attempted and the
-//    step does not wait (a channel in TRANSIENT_FAILURE is poked with a
-//    health-check call that fails at once, because gRPC reconnects it only
-//    when a call asks; ClientOptions sets the reconnect backoff). Once it is
-//    connected, one attempt, bounded by create_deadline as a whole: the steps
-//    in flight are decided locally, a NEW server session is created with the
-//    same configuration (named by the server: id() changes) and attached to
-//    a new stream (a session of a DecodeBatch: to the batch's stream, a new
-//    one when the batch's last one ended), and live_keys gives the keys of the live entries (when it
+//    local for the rest of its life. A health watch tells when the server
+//    serves again: from the moment a session degrades, its steps send
+//    grpc.health.v1 checks in the background (one at a time per Client, at
+//    most every 100 ms, each given up after create_deadline; a check also
+//    makes a channel in TRANSIENT_FAILURE reconnect, since gRPC reconnects
+//    only when a call asks; ClientOptions sets the reconnect backoff). A
+//    step never waits for a check. From recovery_interval after it degraded
+//    (500 ms by default, +-recovery_jitter), once a check sent since then
+//    has found the server SERVING (or without a health service, UNIMPLEMENTED)
+//    and the channel is connected, the next step makes one attempt, bounded
+//    by create_deadline as a whole: the steps in flight are decided locally,
+//    a NEW server session is created with the same configuration (named by
+//    the server: id() changes) and attached to a new stream (a session of a
+//    DecodeBatch: to the batch's stream, a new one when the batch's last one
+//    ended), and live_keys gives the keys of the live entries (when it
 //    fails, that server session is closed in the background). The step
 //    itself then goes to the server, re-sending the live entries (in
 //    append order, pinned flags kept) before its own appends, under its own
@@ -70,8 +74,11 @@
 //    window are counted over the re-sent entries. An attempt that fails
 //    (live_keys fails, the server errs or is silent past the deadline, or
 //    the re-sending step is rejected or late) leaves the step to the local
-//    rule, which keeps the budget, and doubles the wait before the next one,
-//    up to max_recovery_interval (counters().recovery_attempts counts them).
+//    rule, which keeps the budget, doubles the wait before the next one, up
+//    to max_recovery_interval, and waits for a new serving check
+//    (counters().recovery_attempts counts attempts). While the server is
+//    down, stopped (SIGSTOP) or draining, no attempt is made, so no step
+//    blocks and the wait does not grow.
 //    The re-sending step must fit ClientOptions::max_message_bytes. An
 //    attempt is made only when the step carries what the new session's first
 //    step needs (queries and entropy when it decides).
