@@ -147,9 +147,10 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor,
 
 # grpc_connectivity_state values, as the channel reports them.
 _IDLE, _CONNECTING, _READY, _TRANSIENT_FAILURE, _SHUTDOWN = range(5)
-# How often a degraded session may poke a channel in TRANSIENT_FAILURE
-# (gRPC's shortest reconnect backoff).
+# How often a degraded session may poke a channel that is not READY (gRPC's
+# shortest reconnect backoff).
 _POKE_EVERY = 0.1
+_POKE_TIMEOUT = 1.0
 
 
 def _timeout(deadline: float) -> Optional[float]:
@@ -360,9 +361,10 @@ class Session:
     without it, it stays local for the rest of its life. From
     ``recovery_interval`` after it degraded (+-``recovery_jitter``, a
     fraction), each step first looks at the channel: while it is not
-    connected nothing is attempted and the step does not wait (a channel in
-    TRANSIENT_FAILURE is poked with a grpc.health.v1 call, because gRPC
-    reconnects it only when a call asks). Once it is connected, one attempt,
+    connected nothing is attempted and the step does not wait (a channel that
+    is not READY is poked with a background grpc.health.v1 call, because
+    gRPC reconnects it only when a call asks, and grpcio makes progress on a
+    connection only while a call is in flight). Once it is connected, one attempt,
     bounded by ``create_deadline`` as a whole: the steps in flight are
     decided locally, a NEW server session is created with the same
     configuration (``id`` changes) and attached to a new stream (a session of
@@ -826,11 +828,13 @@ class Session:
         now = time.monotonic()
         if now < self._next_recovery:
             return
-        # GetState(try_to_connect): an idle channel starts connecting; one in
-        # TRANSIENT_FAILURE reconnects only when a call asks: poke it.
+        # GetState(try_to_connect): an idle channel starts connecting. A
+        # channel that is not READY is poked (see Client._poke): grpcio has
+        # no background poller, so without a call in flight a connection
+        # attempt makes no progress until gRPC's 5 s backup poll.
         state = self._client._channel_state(try_to_connect=True)
-        if state == _TRANSIENT_FAILURE and now >= self._next_poke:
-            self._client._poke(self._create_deadline)
+        if state != _READY and now >= self._next_poke:
+            self._client._poke()
             self._next_poke = now + _POKE_EVERY
         if state != _READY:
             return
@@ -1064,6 +1068,7 @@ class Client:
         # Background calls (closes, pokes) held until they end: a dropped
         # grpc future is cancelled when it is garbage-collected.
         self._background: set = set()
+        self._poking = None  # The health call of _poke, while in flight.
 
     def _register(self, counters: SessionCounters) -> None:
         with self._lock:
@@ -1312,15 +1317,25 @@ class Client:
         except Exception:  # pragma: no cover - another grpcio
             return _READY
 
-    def _poke(self, timeout: float) -> None:
+    def _poke(self) -> None:
         """grpc.health.v1.Health/Check with an empty request (the server's
-        overall health), in the background: it fails at once while the
-        channel is in TRANSIENT_FAILURE and makes gRPC reconnect it."""
-        try:
-            self._hold(self._channel.unary_unary(
-                "/grpc.health.v1.Health/Check").future(b"", timeout=timeout))
-        except Exception:  # pragma: no cover - best effort
-            pass
+        overall health; no entrokv state is touched), in the background,
+        wait_for_ready, for at most _POKE_TIMEOUT; one at a time. It asks
+        gRPC to (re)connect the channel and, being a call in flight, makes
+        grpcio poll the connection attempt. (C++ pokes only a channel in
+        TRANSIENT_FAILURE, with a call that fails at once: its gRPC polls
+        connection attempts by itself; grpcio's does not, and a restarted
+        server was then noticed only after about 5 s, at gRPC's backup
+        poll.)"""
+        with self._lock:
+            if self._poking is not None and not self._poking.done():
+                return
+            try:
+                self._poking = self._channel.unary_unary(
+                    "/grpc.health.v1.Health/Check").future(
+                        b"", timeout=_POKE_TIMEOUT, wait_for_ready=True)
+            except Exception:  # pragma: no cover - best effort
+                self._poking = None
 
 
 # --- DecodeBatch ---------------------------------------------------------------
