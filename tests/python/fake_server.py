@@ -4,7 +4,8 @@ It implements the EntroKv service just enough for a client: CreateSession
 names sessions s1, s2, ...; Decode answers every attach with OK and every
 step with a result that evicts nothing; CloseSession records the id. While
 `swallow` is set, Decode messages (attaches and steps) are recorded and never
-answered, as a stalled server's. Every call's metadata is recorded, so tests
+answered, as a stalled server's; with `require_token`, CreateSession
+refuses a call without that bearer token (UNAUTHENTICATED). Every call's metadata is recorded, so tests
 can check what the client sent (e.g. its bearer token).
 """
 
@@ -42,6 +43,8 @@ class FakeEntroKv(pb2_grpc.EntroKvServicer):
         self.attached: List[Tuple[str, bool]] = []  # (id, answered)
         self.steps: List[SentStep] = []
         self.calls: List[Tuple[str, Dict[str, str]]] = []  # (method, metadata)
+        # Set: CreateSession answers UNAUTHENTICATED without this token.
+        self.require_token: Optional[str] = None
 
     def _record_call(self, method: str, context) -> None:
         with self.lock:
@@ -49,6 +52,10 @@ class FakeEntroKv(pb2_grpc.EntroKvServicer):
 
     def CreateSession(self, request, context):
         self._record_call("CreateSession", context)
+        if self.require_token is not None and \
+                dict(context.invocation_metadata()).get("authorization") != \
+                f"Bearer {self.require_token}":
+            context.abort(grpc.StatusCode.UNAUTHENTICATED, "missing or wrong token")
         with self.lock:
             sid = f"s{len(self.created) + 1}"
             self.created.append(sid)

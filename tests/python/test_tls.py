@@ -157,6 +157,23 @@ def test_token_on_plaintext_unix_socket():
         f.stop()
 
 
+def test_wrong_token_is_the_callers_error():
+    f = FakeServer()
+    f.service.require_token = TOKEN
+    try:
+        for token in ("", "wrong"):
+            c = entrokv.Client(f.target, create_deadline=2.0, bearer_token=token)
+            with pytest.raises(EntroKvError) as e:
+                _session(c)
+            assert e.value.code == grpc.StatusCode.UNAUTHENTICATED
+            c.close()
+        c = entrokv.Client(f.target, create_deadline=2.0, bearer_token=TOKEN)
+        assert not _session(c).offline
+        c.close()
+    finally:
+        f.stop()
+
+
 def test_bad_tls_options_are_rejected(certs, tmp_path):
     cases = [
         ({"tls_root_certs_file": certs("ca.pem"),
