@@ -310,3 +310,40 @@ def test_recovers_after_a_server_restart(own_server):
     finally:
         c.close()
         restarted.stop()
+
+
+def test_pipelined_session_recovers_settling_the_step_in_flight(fake):
+    svc = fake.service
+    engine = Engine()
+    c = entrokv.Client(fake.target, step_deadline=0.2, create_deadline=1.0)
+    s = c.create_session("window", budget=100, shape=F32,
+                         live_keys=engine.live_keys, recovery_interval=0.05,
+                         recovery_jitter=0.0)
+    assert s.step_pipelined([0], key(0), query()) is None
+    for t in (1, 2):
+        assert not s.step_pipelined([t], key(t), query()).fallback
+    end = time.monotonic() + 5  # Step 2 answered before the silence.
+    while len(svc.steps) < 3 and time.monotonic() < end:
+        time.sleep(0.001)
+    svc.swallow.set()
+    assert not s.step_pipelined([3], key(3), query()).fallback  # Step 2.
+    o = s.step_pipelined([4], key(4), query())  # Collects step 3: silent.
+    assert o.step == 3 and o.fallback and s.degraded
+    svc.swallow.clear()
+    time.sleep(0.1)
+    # Step 4 is in flight on the dead stream: the recovery settles it
+    # locally, then sends step 5 with the live entries.
+    o = s.step_pipelined([5], key(5), query())
+    assert o.step == 4 and o.fallback and not s.degraded
+    assert engine.calls == [[0, 1, 2, 3, 4]]
+    o = s.step_pipelined([6], key(6), query())
+    assert o.step == 5 and not o.fallback
+    fives = [m for m in svc.steps if m.step == 5]
+    assert [(m.session_id, m.slot_ids) for m in fives] == \
+        [("s2", [0, 1, 2, 3, 4, 5])]
+    o = s.flush()
+    assert o.step == 6 and not o.fallback
+    counters = s.counters()
+    assert counters.recoveries == 1 and counters.recovery_attempts == 1
+    assert counters.fallback_deadline == 1 and counters.fallback_degraded == 1
+    c.close()
