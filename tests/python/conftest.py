@@ -85,12 +85,15 @@ def server_binary() -> str:
 class Server:
     """A running entrokv-server; `target` is its unix socket."""
 
-    def __init__(self, extra_flags=()):
+    def __init__(self, extra_flags=(), directory=None):
+        """`directory`: a dead server's, to restart on its socket path."""
         binary = server_binary()
         if not os.access(binary, os.X_OK):
             pytest.skip(f"no entrokv-server at {binary} (build it first)")
-        self.dir = tempfile.mkdtemp(prefix="entrokv-srv-")
+        self.dir = directory or tempfile.mkdtemp(prefix="entrokv-srv-")
         self.socket = os.path.join(self.dir, "s.sock")
+        if os.path.exists(self.socket):
+            os.unlink(self.socket)
         self.target = "unix:" + self.socket
         self.log = open(os.path.join(self.dir, "server.log"), "w")
         self.proc = subprocess.Popen(

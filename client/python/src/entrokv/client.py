@@ -11,7 +11,10 @@ with the same guarantees:
   locally with the ``streaming`` rule (sinks, pinned and most recent entries
   kept, the oldest of the rest evicted down to the budget) and counted by cause
   in ``counters()``. From then on the session is *degraded*: the server's state
-  no longer matches the engine's cache, so every later step is local too.
+  no longer matches the engine's cache, so every later step is local too,
+  until a *recovery*: with a ``live_keys`` callback, a degraded (or offline)
+  session re-creates its server session once the channel is connected again
+  and re-sends the live entries' keys (see Session).
 - ``create_session`` waits at most ``create_deadline`` for the RPC and the
   stream's attach together. A failure that is not the caller's (unreachable or
   silent server, a server limit, a broken server) gives an *offline* session
@@ -21,7 +24,10 @@ with the same guarantees:
   before anything is sent, with C++'s messages (they name the field).
 
 Deadlines are in seconds (float; ``math.inf``: wait forever). Defaults come
-from ``ENTROKV_TARGET`` and ``ENTROKV_STEP_DEADLINE_MS`` when set.
+from ``ENTROKV_TARGET`` and ``ENTROKV_STEP_DEADLINE_MS`` when set; a malformed
+``ENTROKV_STEP_DEADLINE_MS`` fails ``Client()`` (INVALID_ARGUMENT), as C++'s
+``Client::Connect``. TLS, mutual TLS and a bearer token are Client options
+named as C++'s ClientOptions.
 
 Thread-safety: a Client may be shared by threads; a Session is used by one
 thread at a time (the engine's decode loop).
@@ -34,10 +40,12 @@ import functools
 import math
 import os
 import queue
+import random
 import threading
 import time
 from dataclasses import dataclass, field, fields
-from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
+from typing import (Any, Callable, Deque, List, Optional, Sequence, Tuple,
+                    Union)
 
 import grpc
 import numpy as np
@@ -61,17 +69,88 @@ def _env_target() -> str:
     return os.environ.get("ENTROKV_TARGET") or DEFAULT_TARGET
 
 
-def _env_step_deadline() -> float:
+def _env_step_deadline() -> Optional[float]:
+    """ENTROKV_STEP_DEADLINE_MS in seconds; None when unset or empty. Raises
+    INVALID_ARGUMENT for a value that is not a positive number of
+    milliseconds (fractions allowed), as client/src/environment.cc."""
     raw = os.environ.get("ENTROKV_STEP_DEADLINE_MS")
     if not raw:
-        return DEFAULT_STEP_DEADLINE
+        return None
     try:
-        ms = float(raw)
+        ms = float(raw) if "_" not in raw else math.nan
     except ValueError:
-        raise invalid(f"ENTROKV_STEP_DEADLINE_MS: {raw!r} is not a number") from None
-    if not ms > 0:
-        raise invalid(f"ENTROKV_STEP_DEADLINE_MS: {raw!r} is not positive")
+        ms = math.nan
+    if not ms > 0 or ms > 1e12:
+        raise invalid(f'ENTROKV_STEP_DEADLINE_MS: "{raw}" is not a positive '
+                      "number of milliseconds")
     return ms / 1000.0
+
+
+def _read_pem(what: str, path: str) -> bytes:
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as e:
+        code = (grpc.StatusCode.PERMISSION_DENIED if isinstance(e, PermissionError)
+                else grpc.StatusCode.NOT_FOUND)
+        raise EntroKvError(code, f'{what}: cannot read "{path}"') from None
+
+
+def _channel_credentials(root_certs_file: str, cert_file: str,
+                         key_file: str) -> Optional[grpc.ChannelCredentials]:
+    """None (plaintext), or TLS credentials (mutual with a client
+    certificate), as client/src/client.cc ChannelCredentials."""
+    if bool(cert_file) != bool(key_file):
+        raise invalid("tls_cert_file and tls_key_file: give both or neither")
+    if not root_certs_file:
+        if cert_file:
+            raise invalid("tls_cert_file: needs tls_root_certs_file (TLS)")
+        return None
+    roots = _read_pem("tls_root_certs_file", root_certs_file)
+    cert = key = None
+    if cert_file:
+        cert = _read_pem("tls_cert_file", cert_file)
+        key = _read_pem("tls_key_file", key_file)
+    return grpc.ssl_channel_credentials(root_certificates=roots,
+                                        private_key=key, certificate_chain=cert)
+
+
+class _CallDetails(collections.namedtuple(
+        "_CallDetails", ("method", "timeout", "metadata", "credentials",
+                         "wait_for_ready", "compression")),
+                   grpc.ClientCallDetails):
+    pass
+
+
+class _BearerToken(grpc.UnaryUnaryClientInterceptor,
+                   grpc.StreamStreamClientInterceptor):
+    """Adds "authorization: Bearer <token>" to every call, unary and
+    streaming alike. (gRPC's call credentials would send it only over TLS;
+    the token also guards plaintext unix sockets and loopback.)"""
+
+    def __init__(self, token: str) -> None:
+        self._header = ("authorization", "Bearer " + token)
+
+    def _details(self, d) -> _CallDetails:
+        metadata = list(d.metadata or []) + [self._header]
+        return _CallDetails(d.method, d.timeout, metadata, d.credentials,
+                            getattr(d, "wait_for_ready", None),
+                            getattr(d, "compression", None))
+
+    def intercept_unary_unary(self, continuation, client_call_details, request):
+        return continuation(self._details(client_call_details), request)
+
+    def intercept_stream_stream(self, continuation, client_call_details,
+                                request_iterator):
+        return continuation(self._details(client_call_details), request_iterator)
+
+
+# grpc_connectivity_state values, as the channel reports them.
+_IDLE, _CONNECTING, _READY, _TRANSIENT_FAILURE, _SHUTDOWN = range(5)
+# How often a degraded session may poke a channel that is not READY (gRPC's
+# shortest reconnect backoff).
+_POKE_EVERY = 0.1
+_POKE_TIMEOUT = 1.0
 
 
 def _timeout(deadline: float) -> Optional[float]:
@@ -99,6 +178,10 @@ class SessionCounters:
     bytes_received: int = 0  # Serialized response bytes.
     offline_sessions: int = 0  # Sessions created offline.
     unconfirmed_closes: int = 0  # Closes completed locally.
+    # Recovery: attempts to re-create a degraded session on the server, and
+    # those that brought it back online.
+    recovery_attempts: int = 0
+    recoveries: int = 0
 
     def __iadd__(self, other: "SessionCounters") -> "SessionCounters":
         for f in fields(self):
@@ -263,18 +346,56 @@ class _Pending:
     sent: float
     entropy: float
     local: bool
+    resync: bool = False  # Also re-sent the live entries after a recovery.
+    # Decided locally already (a recovery settles the steps in flight).
+    decided: Optional[StepOutcome] = None
 
 
 class Session:
     """One sequence's connection to the sidecar. Made by Client.create_session
-    or Client.attach; see the module docstring for the failure semantics."""
+    or Client.attach; see the module docstring for the failure semantics.
+
+    Recovery (as session.h's "Recovery"). The engine owns its KV cache, so
+    only it can give the server back the keys of the live entries: with
+    ``live_keys`` set, a degraded session comes back online by itself;
+    without it, it stays local for the rest of its life. From
+    ``recovery_interval`` after it degraded (+-``recovery_jitter``, a
+    fraction), each step first looks at the channel: while it is not
+    connected nothing is attempted and the step does not wait (a channel that
+    is not READY is poked with a background grpc.health.v1 call, because
+    gRPC reconnects it only when a call asks, and grpcio makes progress on a
+    connection only while a call is in flight). Once it is connected, one attempt,
+    bounded by ``create_deadline`` as a whole: the steps in flight are
+    decided locally, a NEW server session is created with the same
+    configuration (``id`` changes) and attached to a new stream (a session of
+    a DecodeBatch: to the batch's stream, a new one when its last one ended),
+    and ``live_keys(live_slots)`` gives the live entries' keys
+    ([entry][layer][kv_head][head_dim], full head_dim, any element type the
+    step's keys accept). The step then goes to the server, re-sending the
+    live entries (append order, pinned flags kept) before its own appends,
+    under its own number. When the server answers it, the session is online
+    (``degraded`` False, ``counters().recoveries`` + 1) and the old server
+    session is closed in the background. The new server session starts with
+    fresh ranking state. A failed attempt (``live_keys`` raises or returns
+    the wrong size, the server errs or is silent, the re-sending step is
+    rejected or late) leaves the step to the local rule and doubles the wait,
+    up to ``max_recovery_interval`` (``counters().recovery_attempts`` counts
+    attempts). An attempt is made only when the step carries what the new
+    session's first step needs (queries and entropy when it decides).
+    ``live_keys`` is called on the session's thread, inside a step call.
+    """
 
     def __init__(self, *, client: "Client", session_id: str,
                  config: SessionConfig, step_deadline: float,
                  create_deadline: float, first_step: int, steps_done: int,
                  offline_when_unavailable: bool, entropy_on_client: bool,
                  sketcher: Sketcher, stream: Optional[_Stream],
-                 offline_reason: Optional[EntroKvError] = None) -> None:
+                 offline_reason: Optional[EntroKvError] = None,
+                 requested: Optional[SessionConfig] = None,
+                 live_keys: Optional[Callable[[List[int]], Any]] = None,
+                 recovery_interval: float = 0.5,
+                 max_recovery_interval: float = 5.0,
+                 recovery_jitter: float = 0.2) -> None:
         self._client = client
         self._id = session_id
         self._config = config
@@ -298,6 +419,23 @@ class Session:
         self._degraded_reason: Optional[EntroKvError] = offline_reason
         if self._offline:
             self._counters.offline_sessions = 1
+        # Recovery (see the class docstring).
+        self._requested = requested if requested is not None else config
+        self._live_keys = live_keys
+        self._recovery_interval = recovery_interval
+        self._max_recovery_interval = max_recovery_interval
+        self._recovery_jitter = min(max(float(recovery_jitter), 0.0), 1.0)
+        self._recovery_wait = recovery_interval
+        self._random = random.Random()
+        self._next_recovery = math.inf
+        self._next_poke = 0.0
+        # The live entries the next sent step re-sends first after a
+        # recovery: (slot ids, pinned flags, keys in wire form).
+        self._resync: Optional[Tuple[List[int], List[bool], bytes]] = None
+        self._batch_generation = 0  # The batch stream it is attached to.
+        if self._offline:
+            self._next_recovery = time.monotonic() + self._jittered(
+                self._recovery_wait)
         self._rule = StreamingRule(
             budget=max(config.budget, 1),
             sinks=max(config.protection.sinks, config.streaming_sinks),
@@ -308,7 +446,8 @@ class Session:
 
     @property
     def id(self) -> str:
-        """The server's session id; "" for an offline session."""
+        """The server's session id; "" for an offline session. A recovery
+        replaces it with the new server session's."""
         return self._id
 
     @property
@@ -323,7 +462,8 @@ class Session:
 
     @property
     def offline(self) -> bool:
-        """True when the session was created without the server."""
+        """True when the session was created without the server (and has not
+        recovered since)."""
         return self._offline
 
     @property
@@ -412,6 +552,8 @@ class Session:
         if len(self._in_flight) >= 2:
             raise failed_precondition(
                 "entrokv: two steps in flight already; Collect() first")
+        if self._degraded:
+            self._maybe_recover(slot_ids, keys, queries, entropy, logits, pinned)
         request = None if self._degraded else pb2.DecodeRequest()
         self._prepare(slot_ids, keys, queries, entropy, logits, pinned,
                       None if request is None else request.steps.add())
@@ -424,6 +566,8 @@ class Session:
         if not self._in_flight:
             raise failed_precondition("entrokv: no step in flight")
         pending = self._in_flight.popleft()
+        if pending.decided is not None:
+            return pending.decided
         if pending.local:
             return self._fallback_local(pending)
         if self._degraded:
@@ -431,6 +575,9 @@ class Session:
         try:
             response = self._stream.next(pending.sent + self._step_deadline)
         except EntroKvError as e:
+            if pending.resync:  # A recovery whose first step fails.
+                self._recovery_wait = min(self._recovery_wait * 2,
+                                          self._max_recovery_interval)
             return self._fail_over(pending, e)
         self._counters.bytes_received += response.ByteSize()
         if len(response.results) != 1:
@@ -544,20 +691,25 @@ class Session:
             self._counters.rejected_steps += 1
             raise
         step = self._next_step
+        resync = out is not None and self._resync is not None
         if out is not None:
             out.session_id = self._id
             out.step = step
+            # After a recovery: the live entries first, in append order.
+            r_ids, r_flags, r_keys = self._resync if resync else ([], [], b"")
+            out.append.slot_ids.extend(r_ids)
             out.append.slot_ids.extend(ids)
-            if flags:
-                out.append.pinned.extend(flags)
+            if flags or any(r_flags):
+                out.append.pinned.extend(r_flags)
+                out.append.pinned.extend(flags if flags else [False] * len(ids))
             wire = self._config.shape.element_type
             if self._sketcher.identity:
-                out.append.keys = convert(k, kkind, wire).tobytes()
+                out.append.keys = r_keys + convert(k, kkind, wire).tobytes()
                 if decides:
                     out.queries = convert(q, qkind, wire).tobytes()
             else:
                 sk = self._sketcher.keys(to_float32(k, kkind), len(ids))
-                out.append.keys = convert(sk, "f32", wire).tobytes()
+                out.append.keys = r_keys + convert(sk, "f32", wire).tobytes()
                 if decides:
                     sq = self._sketcher.queries(to_float32(q, qkind))
                     out.queries = convert(sq, "f32", wire).tobytes()
@@ -570,7 +722,10 @@ class Session:
             elif has_entropy:
                 out.entropy = h
         self._live.append(ids, flags)
-        self._in_flight.append(_Pending(step, ids, time.monotonic(), h, out is None))
+        self._in_flight.append(_Pending(step, ids, time.monotonic(), h,
+                                        out is None, resync))
+        if resync:
+            self._resync = None
         self._next_step += 1
 
     def _prepare_batched(self, step: "BatchStep", out) -> bool:
@@ -581,6 +736,15 @@ class Session:
         if self._in_flight:
             raise failed_precondition(
                 "entrokv: a step of this session is already in flight")
+        batch = self._batch
+        if not self._degraded and self._batch_generation != batch._generation:
+            # The batch's stream ended under another session's step: this
+            # session's server state may be ahead of the engine's.
+            self._degrade(EntroKvError(grpc.StatusCode.UNAVAILABLE,
+                                       "entrokv: the DecodeBatch's stream ended"))
+        if self._degraded:
+            self._maybe_recover(step.slot_ids, step.keys, step.queries,
+                                step.entropy, step.logits, step.pinned)
         send = not self._degraded
         self._prepare(step.slot_ids, step.keys, step.queries, step.entropy,
                       step.logits, step.pinned, out if send else None)
@@ -591,6 +755,8 @@ class Session:
     def _collect_batched(self, response, error: Optional[EntroKvError],
                          index: int) -> StepOutcome:
         pending = self._in_flight.popleft()
+        if pending.decided is not None:
+            return pending.decided
         if pending.local:
             return self._fallback_local(pending)
         if error is not None:
@@ -608,8 +774,153 @@ class Session:
             return
         self._degraded = True
         self._degraded_reason = why
+        # The server's state no longer matches the engine's cache: end the
+        # stream; the server keeps the session until its idle timeout,
+        # close(), or a recovery (which closes it).
         if self._stream is not None:
             self._stream.cancel()
+        self._next_recovery = time.monotonic() + self._jittered(self._recovery_wait)
+
+    # -- Recovery -------------------------------------------------------------------
+
+    def _jittered(self, wait: float) -> float:
+        j = self._recovery_jitter
+        if j == 0.0 or math.isinf(wait):
+            return wait
+        return wait * (1.0 + self._random.uniform(-j, j))
+
+    def _recovery_failed(self) -> None:
+        self._recovery_wait = min(self._recovery_wait * 2,
+                                  self._max_recovery_interval)
+        self._next_recovery = time.monotonic() + self._jittered(self._recovery_wait)
+
+    def _recovery_accepts(self, slot_ids, keys, queries, entropy, logits,
+                          pinned) -> bool:
+        """Whether the step suits the new server session's first step: it
+        is valid, and carries queries (and the entropy the policy reads)
+        when that first step decides, whatever the old cadence said."""
+        try:
+            ids = _slot_list(slot_ids)
+            flags = _pinned_list(pinned)
+            k, _ = as_vector(keys, "append.keys")
+            q, _ = as_vector(queries, "queries")
+            self._validate(ids, flags, k, q, entropy, logits)
+            has_logits = (logits is not None
+                          and as_vector(logits, "logits")[0].size > 0)
+        except EntroKvError:
+            return False
+        c = self._config
+        decides = c.decide_every <= 1 or (
+            c.hard_ceiling > 0 and len(self._live) + len(ids) > c.hard_ceiling)
+        if not decides:
+            return True
+        if q.size != c.shape.full_query_elements():
+            return False
+        return not policy_needs_entropy(c) or entropy is not None or has_logits
+
+    def _maybe_recover(self, slot_ids, keys, queries, entropy, logits,
+                       pinned) -> None:
+        """Before a step of a degraded session: when its time has come, the
+        channel is connected and the step suits the new server session, one
+        recovery attempt within create_deadline."""
+        if self._live_keys is None:
+            return
+        now = time.monotonic()
+        if now < self._next_recovery:
+            return
+        # GetState(try_to_connect): an idle channel starts connecting. A
+        # channel that is not READY is poked (see Client._poke): grpcio has
+        # no background poller, so without a call in flight a connection
+        # attempt makes no progress until gRPC's 5 s backup poll.
+        state = self._client._channel_state(try_to_connect=True)
+        if state != _READY and now >= self._next_poke:
+            self._client._poke()
+            self._next_poke = now + _POKE_EVERY
+        if state != _READY:
+            return
+        if not self._recovery_accepts(slot_ids, keys, queries, entropy, logits,
+                                      pinned):
+            return
+        self._counters.recovery_attempts += 1
+        try:
+            self._recover(time.monotonic() + self._create_deadline)
+        except EntroKvError:
+            self._recovery_failed()
+
+    def _resync_keys(self, slots: List[int]) -> bytes:
+        """The live entries' keys from live_keys, in wire form."""
+        if not slots:
+            return b""
+        try:
+            got = self._live_keys(list(slots))
+            k, kind = as_vector(got, "live_keys")
+        except EntroKvError as e:
+            raise EntroKvError(e.code, "live_keys: " + e.message) from None
+        except Exception as e:  # The engine's callback: any failure aborts.
+            raise EntroKvError(grpc.StatusCode.UNKNOWN, f"live_keys: {e!r}") from None
+        n = len(slots)
+        expected = n * self._config.shape.full_key_elements()
+        if k.size != expected:
+            raise invalid(f"live_keys: {k.size} floats for {n} entries, expected "
+                          f"{expected} (entries x layers x kv_heads x head_dim)")
+        wire = self._config.shape.element_type
+        if self._sketcher.identity:
+            return convert(k, kind, wire).tobytes()
+        sk = self._sketcher.keys(to_float32(k, kind), n)
+        return convert(sk, "f32", wire).tobytes()
+
+    def _recover(self, deadline: float) -> None:
+        """One attempt; raises EntroKvError when it fails (the new server
+        session, if any, is then closed in the background)."""
+        # The steps in flight are settled locally now, so that the live
+        # entries re-sent are those the engine holds once it applied them.
+        for pending in self._in_flight:
+            if pending.decided is None:
+                pending.decided = self._fallback_local(pending)
+        client = self._client
+        # The server first: most failed attempts are its, and they should
+        # not cost the engine a copy of its keys.
+        new_id, effective = client._create_server_session(self._requested,
+                                                          deadline)
+        batch = self._batch
+        stream: Optional[_Stream] = None
+        try:
+            if batch is not None:
+                via = batch._live_stream()
+            else:
+                stream = _Stream(client._stub)
+                via = stream
+            try:
+                client._attach_on(via, new_id, deadline)
+            except EntroKvError:
+                if batch is not None:
+                    batch._end_stream()
+                raise
+            slots, flags = self._live.entries()
+            keys = self._resync_keys(slots)
+        except EntroKvError:
+            if stream is not None:
+                stream.cancel()
+            client._close_in_background(new_id)
+            raise
+        # Online again, under the new id. The old server session's state no
+        # longer matches the engine's cache: close it.
+        if self._id:
+            client._close_in_background(self._id)
+        self._id = new_id
+        self._config = effective
+        self._stream = stream  # None for a session of a DecodeBatch.
+        if batch is not None:
+            self._batch_generation = batch._generation
+        # The new server session numbers its steps on from the engine's next
+        # one and counts them from zero (the decision cadence restarts).
+        self._first_step = self._next_step
+        self._steps_done = 0
+        self._degraded = False
+        self._degraded_reason = None
+        self._offline = False
+        self._next_recovery = math.inf
+        self._resync = (slots, flags, keys)
 
     def _fail_over(self, pending: _Pending, why: EntroKvError) -> StepOutcome:
         """The step sent but not answered: degrade and decide it locally,
@@ -643,7 +954,18 @@ class Session:
             self._live.remove(pending.slot_ids)
             self._next_step = min(self._next_step, pending.step)
             self._counters.rejected_steps += 1
-            raise EntroKvError(code_of(result.status.code), result.status.message)
+            error = EntroKvError(code_of(result.status.code), result.status.message)
+            if pending.resync:
+                # The new server session holds none of the live entries:
+                # give it up and go on locally; a later attempt re-creates one.
+                self._client._close_in_background(self._id)
+                self._recovery_wait = min(self._recovery_wait * 2,
+                                          self._max_recovery_interval)
+                self._degrade(error)
+            raise error
+        if pending.resync:
+            self._counters.recoveries += 1
+            self._recovery_wait = self._recovery_interval
         evicted = list(result.evicted)
         self._live.remove(evicted)
         c = self._counters
@@ -670,7 +992,21 @@ class Client:
     create_deadline: the most create_session (RPC + attach), attach and
         Session.close wait, in seconds (default 0.2).
     rpc_deadline: get_session, list_sessions and close_session (default 5).
-    Constructing it does not contact the server.
+    tls_root_certs_file: PEM CA certificates that verify the server; set, the
+        channel uses TLS (the server's certificate must name the target's
+        host). tls_cert_file + tls_key_file: a client certificate (mutual
+        TLS); they need tls_root_certs_file. Empty: plaintext.
+    bearer_token: non-empty, every call (unary and Decode streams) carries
+        the metadata "authorization: Bearer <token>" (the server's
+        --auth_token_file), over TLS and plaintext alike.
+    reconnect_initial_backoff, reconnect_max_backoff, connect_timeout: the
+        channel's reconnection after the server went away (as C++).
+    Constructing it does not contact the server. Raises INVALID_ARGUMENT for
+    an empty target, a bad deadline or reconnect setting, a client
+    certificate without its key (or without tls_root_certs_file), or a
+    malformed $ENTROKV_STEP_DEADLINE_MS (even when step_deadline is given,
+    as C++'s Connect); NOT_FOUND / PERMISSION_DENIED for a PEM file that
+    cannot be read.
     """
 
     def __init__(self, target: Optional[str] = None, *,
@@ -680,12 +1016,21 @@ class Client:
                  max_message_bytes: int = 64 << 20,
                  reconnect_initial_backoff: float = 0.1,
                  reconnect_max_backoff: float = 1.0,
-                 connect_timeout: float = 1.0) -> None:
+                 connect_timeout: float = 1.0,
+                 tls_root_certs_file: str = "",
+                 tls_cert_file: str = "",
+                 tls_key_file: str = "",
+                 bearer_token: str = "") -> None:
         self.target = target if target is not None else _env_target()
         if not self.target:
             raise invalid("target: empty")
-        self.step_deadline = (step_deadline if step_deadline is not None
-                              else _env_step_deadline())
+        env_deadline = _env_step_deadline()  # Malformed: fails either way.
+        if step_deadline is not None:
+            self.step_deadline = step_deadline
+        elif env_deadline is not None:
+            self.step_deadline = env_deadline
+        else:
+            self.step_deadline = DEFAULT_STEP_DEADLINE
         self.create_deadline = (create_deadline if create_deadline is not None
                                 else DEFAULT_CREATE_DEADLINE)
         for name, v in (("step_deadline", self.step_deadline),
@@ -699,16 +1044,31 @@ class Client:
         if reconnect_max_backoff < reconnect_initial_backoff:
             raise invalid("reconnect_max_backoff: below reconnect_initial_backoff")
         self.rpc_deadline = rpc_deadline
-        self._channel = grpc.insecure_channel(self.target, options=[
+        credentials = _channel_credentials(tls_root_certs_file, tls_cert_file,
+                                           tls_key_file)
+        options = [
             ("grpc.max_send_message_length", max_message_bytes),
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.initial_reconnect_backoff_ms", int(reconnect_initial_backoff * 1000)),
             ("grpc.max_reconnect_backoff_ms", int(reconnect_max_backoff * 1000)),
             ("grpc.min_reconnect_backoff_ms", int(connect_timeout * 1000)),
-        ])
+        ]
+        if credentials is None:
+            self._raw_channel = grpc.insecure_channel(self.target, options=options)
+        else:
+            self._raw_channel = grpc.secure_channel(self.target, credentials,
+                                                    options=options)
+        self._channel = self._raw_channel
+        if bearer_token:
+            self._channel = grpc.intercept_channel(
+                self._raw_channel, _BearerToken(bearer_token))
         self._stub = pb2_grpc.EntroKvStub(self._channel)
         self._lock = threading.Lock()
         self._all_counters: List[SessionCounters] = []
+        # Background calls (closes, pokes) held until they end: a dropped
+        # grpc future is cancelled when it is garbage-collected.
+        self._background: set = set()
+        self._poking = None  # The health call of _poke, while in flight.
 
     def _register(self, counters: SessionCounters) -> None:
         with self._lock:
@@ -724,7 +1084,7 @@ class Client:
 
     def close(self) -> None:
         """Closes the channel (sessions' streams end with it)."""
-        self._channel.close()
+        self._raw_channel.close()
 
     def __enter__(self) -> "Client":
         return self
@@ -742,6 +1102,10 @@ class Client:
                        offline_when_unavailable: bool = True,
                        entropy_on_client: bool = True,
                        projection: Any = None,
+                       live_keys: Optional[Callable[[List[int]], Any]] = None,
+                       recovery_interval: float = 0.5,
+                       max_recovery_interval: float = 5.0,
+                       recovery_jitter: float = 0.2,
                        _batch: Optional["DecodeBatch"] = None,
                        **config_fields: Any) -> Session:
         """Creates a server session and attaches a Decode stream to it.
@@ -751,6 +1115,14 @@ class Client:
             SessionConfig fields on top (e.g. budget=64, shape=Shape(...)).
         projection: the engine's own sketch matrices (sketched sessions), one
             head_dim x r matrix per (sent layer, kv head), layer-major.
+        live_keys: the engine's callback for recovery (see Session): given
+            the live slot ids in append order, returns their keys
+            [entry][layer][kv_head][head_dim] (full head_dim); raising aborts
+            the attempt. None: a degraded session stays local for good.
+        recovery_interval, max_recovery_interval (seconds), recovery_jitter
+            (a fraction): the first attempt comes recovery_interval after the
+            session degraded, each failed one doubles the wait up to
+            max_recovery_interval; each wait varies by +-recovery_jitter.
         Raises EntroKvError for the caller's errors (INVALID_ARGUMENT naming a
         bad config field, ALREADY_EXISTS, FAILED_PRECONDITION, ...). Other
         failures give an offline session unless offline_when_unavailable=False.
@@ -773,7 +1145,11 @@ class Client:
             Session, client=self, step_deadline=step_deadline,
             create_deadline=create_deadline, first_step=first_step, steps_done=0,
             offline_when_unavailable=offline_when_unavailable,
-            entropy_on_client=entropy_on_client, sketcher=sketcher)
+            entropy_on_client=entropy_on_client, sketcher=sketcher,
+            requested=cfg, live_keys=live_keys,
+            recovery_interval=recovery_interval,
+            max_recovery_interval=max_recovery_interval,
+            recovery_jitter=recovery_jitter)
 
         def offline(why: EntroKvError) -> Session:
             if not offline_when_unavailable:
@@ -792,20 +1168,22 @@ class Client:
             return offline(err)
         effective = (_config.from_proto(response.session.config, cfg)
                      if response.session.HasField("config") else cfg)
-        stream = _Stream(self._stub) if _batch is None else _batch._stream
+        stream = _Stream(self._stub) if _batch is None else _batch._live_stream()
         try:
-            if _batch is not None and _batch._broken is not None:
-                raise _batch._broken
             self._attach_on(stream, response.session_id, deadline)
         except EntroKvError as e:
             if _batch is None:
                 stream.cancel()
             else:
-                _batch._break(e)
+                # A late answer to the attach must not be read as a step's.
+                _batch._end_stream()
             self._close_in_background(response.session_id)
             return offline(EntroKvError(e.code, "attach: " + e.message))
-        return new_session(session_id=response.session_id, config=effective,
-                           stream=stream if _batch is None else None)
+        session = new_session(session_id=response.session_id, config=effective,
+                              stream=stream if _batch is None else None)
+        if _batch is not None:
+            session._batch_generation = _batch._generation
+        return session
 
     def create_batch(self) -> "DecodeBatch":
         """A batch of sessions that step together: one message (one round
@@ -818,7 +1196,11 @@ class Client:
                create_deadline: Optional[float] = None,
                offline_when_unavailable: bool = True,
                entropy_on_client: bool = True,
-               projection: Any = None) -> Session:
+               projection: Any = None,
+               live_keys: Optional[Callable[[List[int]], Any]] = None,
+               recovery_interval: float = 0.5,
+               max_recovery_interval: float = 5.0,
+               recovery_jitter: float = 0.2) -> Session:
         """Attaches to an existing session (e.g. after the engine's stream
         broke). The next step is the server's last step + 1; `live_slots` are
         the slots the engine still holds for it, in append order. Never fails
@@ -845,7 +1227,10 @@ class Client:
                           steps_done=info.stats.steps,
                           offline_when_unavailable=offline_when_unavailable,
                           entropy_on_client=entropy_on_client, sketcher=sketcher,
-                          stream=stream)
+                          stream=stream, live_keys=live_keys,
+                          recovery_interval=recovery_interval,
+                          max_recovery_interval=max_recovery_interval,
+                          recovery_jitter=recovery_jitter)
         session._live.append(_slot_list(list(live_slots)), [])
         return session
 
@@ -896,13 +1281,61 @@ class Client:
         if status.code != 0:
             raise EntroKvError(code_of(status.code), status.message)
 
+    def _hold(self, future) -> None:
+        self._background.add(future)
+        future.add_done_callback(self._background.discard)
+
     def _close_in_background(self, session_id: str) -> None:
         try:
-            self._stub.CloseSession.future(
+            self._hold(self._stub.CloseSession.future(
                 pb2.CloseSessionRequest(session_id=session_id),
-                timeout=self.rpc_deadline)
+                timeout=self.rpc_deadline))
         except Exception:  # pragma: no cover - best effort
             pass
+
+    def _create_server_session(self, cfg: SessionConfig,
+                               deadline: float) -> Tuple[str, SessionConfig]:
+        """A new server-named session: (id, effective config). Raises
+        EntroKvError with the RPC's status."""
+        request = pb2.CreateSessionRequest(config=_config.to_proto(cfg, pb2))
+        try:
+            response = self._stub.CreateSession(request, timeout=_timeout(deadline))
+        except grpc.RpcError as e:
+            raise EntroKvError.from_rpc(e, "CreateSession: ") from None
+        effective = (_config.from_proto(response.session.config, cfg)
+                     if response.session.HasField("config") else cfg)
+        return response.session_id, effective
+
+    def _channel_state(self, try_to_connect: bool) -> int:
+        """The channel's connectivity (grpc_connectivity_state), asking an
+        idle one to connect. grpcio has no public synchronous form of C++'s
+        GetState(); where its internal one is missing, READY: the attempt
+        then finds out, bounded by its deadline."""
+        try:
+            return int(self._raw_channel._channel.check_connectivity_state(
+                try_to_connect))
+        except Exception:  # pragma: no cover - another grpcio
+            return _READY
+
+    def _poke(self) -> None:
+        """grpc.health.v1.Health/Check with an empty request (the server's
+        overall health; no entrokv state is touched), in the background,
+        wait_for_ready, for at most _POKE_TIMEOUT; one at a time. It asks
+        gRPC to (re)connect the channel and, being a call in flight, makes
+        grpcio poll the connection attempt. (C++ pokes only a channel in
+        TRANSIENT_FAILURE, with a call that fails at once: its gRPC polls
+        connection attempts by itself; grpcio's does not, and a restarted
+        server was then noticed only after about 5 s, at gRPC's backup
+        poll.)"""
+        with self._lock:
+            if self._poking is not None and not self._poking.done():
+                return
+            try:
+                self._poking = self._channel.unary_unary(
+                    "/grpc.health.v1.Health/Check").future(
+                        b"", timeout=_POKE_TIMEOUT, wait_for_ready=True)
+            except Exception:  # pragma: no cover - best effort
+                self._poking = None
 
 
 # --- DecodeBatch ---------------------------------------------------------------
@@ -930,7 +1363,8 @@ class DecodeBatch:
     Each entry is validated and fails on its own; the deadline of a message
     is the smallest step_deadline of the sessions in it. When it passes or
     the stream breaks, every session in the message decides locally and is
-    degraded from then on (they share the stream, which is then ended). One
+    degraded (they share the stream, which is then ended; the next message
+    goes on a new one, which recovered sessions attach to). One
     message carries at most the server's --max_steps_per_message steps
     (1024 by default): split larger decode batches over several batches.
     Used by one thread at a time.
@@ -939,12 +1373,24 @@ class DecodeBatch:
     def __init__(self, client: Client) -> None:
         self._client = client
         self._stream = _Stream(client._stub)
-        self._broken: Optional[EntroKvError] = None
+        self._ended = False
+        # Counts the streams that ended: a session attached to an earlier
+        # one is no longer attached.
+        self._generation = 0
 
-    def _break(self, why: EntroKvError) -> None:
-        if self._broken is None:
-            self._broken = why
-            self._stream.cancel()
+    def _live_stream(self) -> _Stream:
+        """The batch's stream; a new one when the last one ended."""
+        if self._ended:
+            self._stream = _Stream(self._client._stub)
+            self._ended = False
+        return self._stream
+
+    def _end_stream(self) -> None:
+        # A late response must never be read as the answer to a later
+        # message: the stream goes, and with it every attachment to it.
+        self._stream.cancel()
+        self._ended = True
+        self._generation += 1
 
     def create_session(self, config: Union[SessionConfig, str, None] = None,
                        **kwargs: Any) -> Session:
@@ -962,6 +1408,7 @@ class DecodeBatch:
         message = pb2.DecodeRequest()
         index = [-1] * len(steps)
         prepared = [False] * len(steps)
+        generation_at_start = self._generation
         seen = set()
         deadline = math.inf
         for i, st in enumerate(steps):
@@ -987,17 +1434,22 @@ class DecodeBatch:
                 index[i] = len(message.steps) - 1
                 deadline = min(deadline, session._step_deadline)
         response, error = None, None
-        if len(message.steps) > 0:
+        if self._generation != generation_at_start:
+            # A recovery's attach failed above and ended the stream the
+            # sessions prepared before it were attached to.
+            error = EntroKvError(
+                grpc.StatusCode.UNAVAILABLE,
+                "entrokv: the DecodeBatch's stream ended while the step was prepared")
+        elif len(message.steps) > 0:
             until = time.monotonic() + deadline
-            if self._broken is not None:
-                error = self._broken
-            else:
-                self._stream.send(message)
-                try:
-                    response = self._stream.next(until)
-                except EntroKvError as e:
-                    error = e
-                    self._break(e)
+            stream = self._live_stream()
+            stream.send(message)
+            try:
+                response = stream.next(until)
+            except EntroKvError as e:
+                error = e
+            if error is not None or len(response.results) != len(message.steps):
+                self._end_stream()
         else:
             error = EntroKvError(grpc.StatusCode.UNAVAILABLE, "entrokv: nothing was sent")
         for i, st in enumerate(steps):

@@ -4,7 +4,7 @@ decision it falls back to (the rule of client/src/live_set.cc, exactly)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Dict, List, Sequence
+from typing import Dict, List, Sequence, Tuple
 
 from .errors import invalid
 
@@ -65,6 +65,11 @@ class LiveSet:
     def slots(self) -> List[int]:
         """Live ids in append order."""
         return [sid for sid, _ in self._entries.values()]
+
+    def entries(self) -> Tuple[List[int], List[bool]]:
+        """Live ids and their pinned flags, in append order."""
+        values = list(self._entries.values())
+        return [sid for sid, _ in values], [p for _, p in values]
 
     def streaming_evictions(self, rule: StreamingRule) -> List[int]:
         """Keeps sinks, pinned and the `recent` newest; evicts the oldest of
