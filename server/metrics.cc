@@ -103,6 +103,11 @@ thread_local std::string* start_log = nullptr;
 
 int LogCivetweb(const struct mg_connection*, const char* message) {
   if (start_log != nullptr) {
+    // The specific cause comes first; civetweb's summary adds nothing to it.
+    if (!start_log->empty() &&
+        absl::string_view(message) == "Failed to setup server ports") {
+      return 1;
+    }
     absl::StrAppend(start_log, start_log->empty() ? "" : "; ", message);
   } else {
     spdlog::warn("metrics endpoint: {}", message);

@@ -226,6 +226,19 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   server->service_ = std::make_unique<EntroKvService>(
       server->registry_.get(), limits, &server->metrics_);
 
+  // Before the gRPC server, so that a metrics address that cannot be bound
+  // stops the start before any API port is open.
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+        MetricsHttpServer::Start(options.metrics_listen, [s = server.get()] {
+          return s->MetricsText();
+        });
+    if (!http.ok()) return http.status();
+    server->metrics_http_ = *std::move(http);
+    spdlog::info("metrics on http://{}/metrics",
+                 server->metrics_http_->address());
+  }
+
   grpc::EnableDefaultHealthCheckService(true);
 #ifdef ENTROKV_HAVE_REFLECTION
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
@@ -279,17 +292,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   if (health != nullptr) {
     health->SetServingStatus(true);
     health->SetServingStatus(kServiceName, true);
-  }
-  if (!options.metrics_listen.empty()) {
-    // ~Server() shuts the started gRPC server down when this fails.
-    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
-        MetricsHttpServer::Start(options.metrics_listen, [s = server.get()] {
-          return s->MetricsText();
-        });
-    if (!http.ok()) return http.status();
-    server->metrics_http_ = *std::move(http);
-    spdlog::info("metrics on http://{}/metrics",
-                 server->metrics_http_->address());
   }
   server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
 
