@@ -70,6 +70,9 @@ ABSL_FLAG(std::string, log_level, "info",
           "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(bool, gpu, true, "Use the CUDA backend when a device is present");
 ABSL_FLAG(int32_t, gpu_device, 0, "CUDA device ordinal");
+ABSL_FLAG(std::string, metrics_listen, "",
+          "HTTP address of the Prometheus metrics endpoint (GET /metrics): "
+          "IPv4:port, localhost:port or :port (every interface); empty: off");
 
 namespace {
 
@@ -135,6 +138,7 @@ int main(int argc, char** argv) {
   options.idle_timeout = absl::GetFlag(FLAGS_idle_timeout);
   options.use_gpu = absl::GetFlag(FLAGS_gpu);
   options.gpu_device = absl::GetFlag(FLAGS_gpu_device);
+  options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   const absl::Duration drain = absl::GetFlag(FLAGS_drain_timeout);
 
   absl::StatusOr<std::unique_ptr<entrokv::server::Server>> server =

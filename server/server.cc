@@ -223,8 +223,21 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       options.max_steps_per_session_per_message;
   limits.enable_echo = options.enable_echo;
   limits.max_echo_bytes = options.max_echo_bytes;
-  server->service_ =
-      std::make_unique<EntroKvService>(server->registry_.get(), limits);
+  server->service_ = std::make_unique<EntroKvService>(
+      server->registry_.get(), limits, &server->metrics_);
+
+  // Before the gRPC server, so that a metrics address that cannot be bound
+  // stops the start before any API port is open.
+  if (!options.metrics_listen.empty()) {
+    absl::StatusOr<std::unique_ptr<MetricsHttpServer>> http =
+        MetricsHttpServer::Start(options.metrics_listen, [s = server.get()] {
+          return s->MetricsText();
+        });
+    if (!http.ok()) return http.status();
+    server->metrics_http_ = *std::move(http);
+    spdlog::info("metrics on http://{}/metrics",
+                 server->metrics_http_->address());
+  }
 
   grpc::EnableDefaultHealthCheckService(true);
 #ifdef ENTROKV_HAVE_REFLECTION
@@ -302,6 +315,29 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 
 Server::~Server() { Shutdown(absl::ZeroDuration()); }
 
+std::string Server::metrics_address() const {
+  return metrics_http_ == nullptr ? std::string() : metrics_http_->address();
+}
+
+std::string Server::MetricsText() const {
+  ServerGauges gauges;
+  gauges.sessions_open = registry_->size();
+  gauges.sessions_created = registry_->created_total();
+  gauges.sessions_closed = registry_->closed_total();
+  gauges.sessions_reclaimed = registry_->reclaimed_total();
+  gauges.live_entries = registry_->live_entries();
+  gauges.cpu_bytes_held = registry_->cpu_bytes_held();
+  gauges.gpu_bytes_held = registry_->gpu_bytes_held();
+  gauges.streams_open = service_->open_streams();
+  gauges.gpu_available = registry_->gpu_available();
+  gauges.max_sessions = options_.max_sessions;
+  gauges.max_live_entries = options_.max_live_entries;
+  gauges.max_cpu_bytes = options_.max_bytes;
+  gauges.max_gpu_bytes = options_.max_gpu_bytes;
+  gauges.max_streams = options_.max_streams;
+  return metrics_.RenderText(gauges);
+}
+
 std::string Server::DescribeBackends() const {
   std::string out = cpu_->Describe();
   if (gpu_ != nullptr) absl::StrAppend(&out, ", ", gpu_->Describe());
@@ -317,6 +353,7 @@ void Server::Shutdown(absl::Duration drain) {
     }
     stopping_ = true;
   }
+  metrics_.DrainStarted();
   if (grpc_server_ != nullptr) {
     spdlog::info("shutting down: draining open streams for up to {}",
                  absl::FormatDuration(drain));
@@ -333,6 +370,7 @@ void Server::Shutdown(absl::Duration drain) {
   }
   // A Start() that failed may have left no gRPC server, reaper or registry.
   if (reaper_.joinable()) reaper_.join();
+  metrics_http_.reset();
   if (grpc_server_ != nullptr && registry_ != nullptr) {
     spdlog::info("server stopped; {} sessions were open", registry_->size());
   }

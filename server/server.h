@@ -15,6 +15,9 @@
 // bounds what requests hold; gRPC's own buffers and threads are bounded by a
 // grpc::ResourceQuota (grpc_memory_bytes, grpc_max_threads).
 //
+// With ServerOptions::metrics_listen set, an HTTP endpoint serves the
+// server's metrics in the Prometheus text format (server/metrics.h).
+//
 // Shutdown() sets health to NOT_SERVING, stops accepting calls, lets open
 // streams run until the drain deadline, then cancels what is left and waits
 // for every call to end. It is idempotent; the destructor calls it with no
@@ -37,6 +40,7 @@
 #include "absl/time/time.h"
 #include "entrokv/core/backend.h"
 #include "grpcpp/server.h"
+#include "server/metrics.h"
 #include "server/service.h"
 #include "server/session_registry.h"
 
@@ -67,6 +71,9 @@ struct ServerOptions {
   absl::Duration reap_interval = absl::ZeroDuration();
   bool use_gpu = true;  // Try the CUDA backend.
   int gpu_device = 0;
+  // HTTP address of the Prometheus endpoint (GET /metrics): "IPv4:port"
+  // (port 0 picks one), "localhost:port", ":port"; empty: none.
+  std::string metrics_listen;
 };
 
 class Server {
@@ -95,6 +102,12 @@ class Server {
   const ServerOptions& options() const { return options_; }
   std::string DescribeBackends() const;
 
+  // The metrics endpoint's "host:port" with its bound port; empty when
+  // ServerOptions::metrics_listen is.
+  std::string metrics_address() const;
+  // What GET /metrics serves now (docs/observability.md).
+  std::string MetricsText() const;
+
  private:
   explicit Server(const ServerOptions& options) : options_(options) {}
   void ReapLoop();
@@ -103,10 +116,13 @@ class Server {
   std::unique_ptr<Backend> cpu_;
   std::unique_ptr<Backend> gpu_;
   std::unique_ptr<SessionRegistry> registry_;
+  ServerMetrics metrics_;
   std::unique_ptr<EntroKvService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> targets_;
   std::thread reaper_;
+  // Stopped by Shutdown(), after the gRPC server: a drain stays observable.
+  std::unique_ptr<MetricsHttpServer> metrics_http_;
 
   absl::Mutex mu_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

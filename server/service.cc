@@ -34,6 +34,10 @@ using proto::ToProto;
 // Session ids a status or log line names before "and N more".
 constexpr size_t kIdsNamed = 8;
 
+// The streaming RPCs' names, as the metrics label them.
+constexpr char kDecode[] = "Decode";
+constexpr char kEcho[] = "Echo";
+
 void FillInfo(const SessionSnapshot& snapshot, v1::SessionInfo* out) {
   out->set_session_id(snapshot.id);
   ToProto(snapshot.config, out->mutable_config());
@@ -100,10 +104,13 @@ grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
 
 // A unary call on raw bytes: parses the request (InvalidArgument when it
 // cannot), runs `handler(request, &response)`, serializes the response.
+// A failure is counted in `metrics` under `method`.
 template <typename Request, typename Response, typename Handler>
 grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
                                      const grpc::ByteBuffer* request_bytes,
                                      grpc::ByteBuffer* response_bytes,
+                                     ServerMetrics* metrics,
+                                     absl::string_view method,
                                      Handler handler) {
   Request request;
   Response response;
@@ -112,10 +119,12 @@ grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
   if (!status.ok()) {
     spdlog::debug("{} from {}: {}", request.GetTypeName(), context->peer(),
                   status.ToString());
+    metrics->Rejected(method, status);
     return FinishUnary(context, status);
   }
   status = handler(request, &response);
   if (status.ok()) status = SerializeMessage(response, response_bytes);
+  if (!status.ok()) metrics->Rejected(method, status);
   return FinishUnary(context, status);
 }
 
@@ -146,9 +155,11 @@ class DecodeReactor final
  public:
   // `open_streams` was incremented for this stream; OnDone() decrements it.
   DecodeReactor(SessionRegistry* registry, const ServiceLimits& limits,
-                std::atomic<int64_t>* open_streams, std::string peer)
+                ServerMetrics* metrics, std::atomic<int64_t>* open_streams,
+                std::string peer)
       : registry_(registry),
         limits_(limits),
+        metrics_(metrics),
         open_streams_(open_streams),
         peer_(std::move(peer)) {
     spdlog::debug("decode stream from {} opened", peer_);
@@ -223,6 +234,7 @@ class DecodeReactor final
                          : absl::StrCat(" and its sessions ", NameIds(ids),
                                         " were detached")));
     spdlog::warn("decode stream from {}: {}", peer_, status.ToString());
+    metrics_->Rejected(kDecode, why);
     Finish(ToGrpcStatus(status));
   }
 
@@ -278,8 +290,10 @@ class DecodeReactor final
       result->set_session_id(request_.attach(i));
       const absl::Status status = Attach(request_.attach(i));
       if (!status.ok()) {
-        ToProtoStatus(PrefixMessage(absl::StrCat("attach[", i, "]."), status),
-                      result->mutable_status());
+        const absl::Status named =
+            PrefixMessage(absl::StrCat("attach[", i, "]."), status);
+        metrics_->Rejected(kDecode, named);
+        ToProtoStatus(named, result->mutable_status());
       }
     }
     SortStepsBySession();
@@ -296,8 +310,10 @@ class DecodeReactor final
         result->clear_live();
         result->clear_budget();
         result->clear_entropy();
-        ToProtoStatus(PrefixMessage(absl::StrCat("steps[", i, "]."), status),
-                      result->mutable_status());
+        const absl::Status named =
+            PrefixMessage(absl::StrCat("steps[", i, "]."), status);
+        metrics_->Rejected(kDecode, named);
+        ToProtoStatus(named, result->mutable_status());
         spdlog::debug("step {} of session {} rejected: {}", step.step(),
                       step.session_id(), result->status().message());
       }
@@ -307,8 +323,10 @@ class DecodeReactor final
       result->set_session_id(request_.detach(i));
       const absl::Status status = Detach(request_.detach(i));
       if (!status.ok()) {
-        ToProtoStatus(PrefixMessage(absl::StrCat("detach[", i, "]."), status),
-                      result->mutable_status());
+        const absl::Status named =
+            PrefixMessage(absl::StrCat("detach[", i, "]."), status);
+        metrics_->Rejected(kDecode, named);
+        ToProtoStatus(named, result->mutable_status());
       }
     }
     return absl::OkStatus();
@@ -401,6 +419,10 @@ class DecodeReactor final
     if (!status.ok()) return status;
     entry.PublishStats();
     ++steps_;
+    metrics_->StepDone(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
+            .count(),
+        static_cast<int64_t>(result_.evicted.size()));
 
     out->mutable_evicted()->Reserve(static_cast<int>(result_.evicted.size()));
     for (const uint64_t slot : result_.evicted) out->add_evicted(slot);
@@ -416,6 +438,7 @@ class DecodeReactor final
 
   SessionRegistry* const registry_;
   const ServiceLimits& limits_;
+  ServerMetrics* const metrics_;
   std::atomic<int64_t>* const open_streams_;
   const std::string peer_;
   grpc::ByteBuffer request_bytes_;
@@ -440,8 +463,9 @@ class EchoReactor final
     : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
  public:
   // `open_streams` was incremented for this stream; OnDone() decrements it.
-  EchoReactor(const ServiceLimits& limits, std::atomic<int64_t>* open_streams)
-      : limits_(limits), open_streams_(open_streams) {
+  EchoReactor(const ServiceLimits& limits, ServerMetrics* metrics,
+              std::atomic<int64_t>* open_streams)
+      : limits_(limits), metrics_(metrics), open_streams_(open_streams) {
     StartRead(&request_bytes_);
   }
 
@@ -455,6 +479,7 @@ class EchoReactor final
     if (status.ok()) status = MakeReply();
     if (status.ok()) status = SerializeMessage(reply_, &reply_bytes_);
     if (!status.ok()) {
+      metrics_->Rejected(kEcho, status);
       Finish(ToGrpcStatus(status));
       return;
     }
@@ -509,6 +534,7 @@ class EchoReactor final
   }
 
   const ServiceLimits& limits_;
+  ServerMetrics* const metrics_;
   std::atomic<int64_t>* const open_streams_;
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer reply_bytes_;
@@ -522,7 +548,7 @@ grpc::ServerUnaryReactor* EntroKvService::CreateSession(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
   return ServeUnary<v1::CreateSessionRequest, v1::CreateSessionResponse>(
-      context, request_bytes, response_bytes,
+      context, request_bytes, response_bytes, metrics_, "CreateSession",
       [&](const v1::CreateSessionRequest& request,
           v1::CreateSessionResponse* response) -> absl::Status {
         SessionConfig config;
@@ -548,7 +574,7 @@ grpc::ServerUnaryReactor* EntroKvService::CloseSession(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
   return ServeUnary<v1::CloseSessionRequest, v1::CloseSessionResponse>(
-      context, request_bytes, response_bytes,
+      context, request_bytes, response_bytes, metrics_, "CloseSession",
       [&](const v1::CloseSessionRequest& request,
           v1::CloseSessionResponse* response) -> absl::Status {
         if (absl::Status status = RequireSessionId(request.session_id());
@@ -567,7 +593,7 @@ grpc::ServerUnaryReactor* EntroKvService::GetSession(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
   return ServeUnary<v1::GetSessionRequest, v1::GetSessionResponse>(
-      context, request_bytes, response_bytes,
+      context, request_bytes, response_bytes, metrics_, "GetSession",
       [&](const v1::GetSessionRequest& request,
           v1::GetSessionResponse* response) -> absl::Status {
         if (absl::Status status = RequireSessionId(request.session_id());
@@ -586,7 +612,7 @@ grpc::ServerUnaryReactor* EntroKvService::ListSessions(
     grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
     grpc::ByteBuffer* response_bytes) {
   return ServeUnary<v1::ListSessionsRequest, v1::ListSessionsResponse>(
-      context, request_bytes, response_bytes,
+      context, request_bytes, response_bytes, metrics_, "ListSessions",
       [&](const v1::ListSessionsRequest&,
           v1::ListSessionsResponse* response) -> absl::Status {
         const std::vector<SessionSnapshot> sessions = registry_->List();
@@ -612,6 +638,7 @@ bool EntroKvService::TryOpenStream() {
     open_streams_.fetch_sub(1, std::memory_order_relaxed);
     return false;
   }
+  metrics_->StreamOpened();
   return true;
 }
 
@@ -628,19 +655,30 @@ absl::Status EntroKvService::TooManyStreams(
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 EntroKvService::Decode(grpc::CallbackServerContext* context) {
-  if (!TryOpenStream()) return new RefusedStream(TooManyStreams(context));
-  return new DecodeReactor(registry_, limits_, &open_streams_, context->peer());
+  if (!TryOpenStream()) {
+    const absl::Status status = TooManyStreams(context);
+    metrics_->Rejected(kDecode, status);
+    return new RefusedStream(status);
+  }
+  return new DecodeReactor(registry_, limits_, metrics_, &open_streams_,
+                           context->peer());
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
 EntroKvService::Echo(grpc::CallbackServerContext* context) {
   if (!limits_.enable_echo) {
-    return new RefusedStream(absl::UnimplementedError(
+    const absl::Status status = absl::UnimplementedError(
         "Echo is disabled on this server; start entrokv-server with "
-        "--enable_echo for the load-test baseline"));
+        "--enable_echo for the load-test baseline");
+    metrics_->Rejected(kEcho, status);
+    return new RefusedStream(status);
   }
-  if (!TryOpenStream()) return new RefusedStream(TooManyStreams(context));
-  return new EchoReactor(limits_, &open_streams_);
+  if (!TryOpenStream()) {
+    const absl::Status status = TooManyStreams(context);
+    metrics_->Rejected(kEcho, status);
+    return new RefusedStream(status);
+  }
+  return new EchoReactor(limits_, metrics_, &open_streams_);
 }
 
 }  // namespace entrokv::server

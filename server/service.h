@@ -24,8 +24,9 @@
 //
 // Thread-safety: gRPC calls the service from its own threads; the service's
 // own mutable state is the registry (thread-safe), an atomic count of open
-// streams and the per-stream reactors. The registry must outlive the gRPC
-// server that serves this service (i.e. until Server::Wait() has returned).
+// streams, the metrics (thread-safe) and the per-stream reactors. The registry
+// must outlive the gRPC server that serves this service (i.e. until
+// Server::Wait() has returned).
 
 #ifndef ENTROKV_SERVER_SERVICE_H_
 #define ENTROKV_SERVER_SERVICE_H_
@@ -36,6 +37,7 @@
 #include "absl/status/status.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "grpcpp/support/byte_buffer.h"
+#include "server/metrics.h"
 #include "server/session_registry.h"
 
 namespace entrokv::server {
@@ -71,9 +73,12 @@ using RawEntroKvService = v1::EntroKv::WithRawCallbackMethod_CreateSession<
 
 class EntroKvService final : public RawEntroKvService {
  public:
-  // REQUIRES: registry != nullptr and outlives the service's calls.
-  EntroKvService(SessionRegistry* registry, const ServiceLimits& limits)
-      : registry_(registry), limits_(limits) {}
+  // REQUIRES: registry != nullptr and metrics != nullptr, both outliving the
+  // service's calls. The service counts its work and rejections in
+  // `metrics`.
+  EntroKvService(SessionRegistry* registry, const ServiceLimits& limits,
+                 ServerMetrics* metrics)
+      : registry_(registry), limits_(limits), metrics_(metrics) {}
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
@@ -105,6 +110,7 @@ class EntroKvService final : public RawEntroKvService {
 
   SessionRegistry* const registry_;
   const ServiceLimits limits_;
+  ServerMetrics* const metrics_;
   std::atomic<int64_t> open_streams_{0};
 };
 

@@ -164,6 +164,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
     sessions_.emplace(id, entry);
     snapshot = SnapshotLocked(*entry, now);
   }
+  created_.fetch_add(1, std::memory_order_relaxed);
   // Logged after unlocking, from the snapshot (the entry may be closed by
   // now).
   spdlog::info("session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}",
@@ -190,6 +191,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Close(const std::string& id) {
     entry->closed_.store(true, std::memory_order_release);
     snapshot = SnapshotLocked(*entry, absl::Now());
   }
+  closed_.fetch_add(1, std::memory_order_relaxed);
   spdlog::info("session {} closed: {} steps, peak {} live", id,
                snapshot.stats.steps, snapshot.stats.peak_live);
   // `entry` is released here, outside the lock; if a stream still holds it,
@@ -271,6 +273,8 @@ int SessionRegistry::Reap(absl::Time now) {
       }
     }
   }
+  reclaimed_.fetch_add(static_cast<int64_t>(reaped.size()),
+                       std::memory_order_relaxed);
   for (const auto& entry : reaped) {
     spdlog::info("session {} reclaimed after {} idle", entry->id(),
                  absl::FormatDuration(options_.idle_timeout));
@@ -281,6 +285,15 @@ int SessionRegistry::Reap(absl::Time now) {
 int64_t SessionRegistry::size() const {
   absl::MutexLock lock(&mu_);
   return static_cast<int64_t>(sessions_.size());
+}
+
+int64_t SessionRegistry::live_entries() const {
+  absl::MutexLock lock(&mu_);
+  int64_t live = 0;
+  for (const auto& [id, entry] : sessions_) {
+    live += entry->live_.load(std::memory_order_relaxed);
+  }
+  return live;
 }
 
 SessionSnapshot SessionRegistry::SnapshotLocked(const SessionEntry& entry,

@@ -143,6 +143,18 @@ class SessionRegistry {
   bool gpu_available() const { return gpu_ != nullptr; }
   int64_t cpu_bytes_held() const { return cpu_->bytes_held(); }
   int64_t gpu_bytes_held() const { return gpu_ ? gpu_->bytes_held() : 0; }
+  // Live entries of the open sessions, as of their last published step.
+  int64_t live_entries() const;
+  // Sessions created, closed (Close()) and reclaimed (Reap()) so far.
+  int64_t created_total() const {
+    return created_.load(std::memory_order_relaxed);
+  }
+  int64_t closed_total() const {
+    return closed_.load(std::memory_order_relaxed);
+  }
+  int64_t reclaimed_total() const {
+    return reclaimed_.load(std::memory_order_relaxed);
+  }
 
  private:
   SessionSnapshot SnapshotLocked(const SessionEntry& entry,
@@ -157,6 +169,9 @@ class SessionRegistry {
   absl::flat_hash_map<std::string, std::shared_ptr<SessionEntry>> sessions_
       ABSL_GUARDED_BY(mu_);
   absl::BitGen bitgen_ ABSL_GUARDED_BY(mu_);
+  std::atomic<int64_t> created_{0};
+  std::atomic<int64_t> closed_{0};
+  std::atomic<int64_t> reclaimed_{0};
 };
 
 }  // namespace entrokv::server

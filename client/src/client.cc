@@ -108,6 +108,8 @@ class ClientImpl final : public Client {
     return shared_.totals->Snapshot();
   }
 
+  ClientMetrics metrics() const override { return shared_.totals->Metrics(); }
+
   absl::StatusOr<std::unique_ptr<Session>> CreateSession(
       const SessionConfig& config, const SessionOptions& options,
       std::string_view session_id) override {

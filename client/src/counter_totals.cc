@@ -1,5 +1,6 @@
 #include "counter_totals.h"
 
+#include <algorithm>
 #include <array>
 
 namespace entrokv::client_internal {
@@ -47,6 +48,37 @@ SessionCounters CounterTotals::Snapshot() const {
     out.*fields[i] = fields_[i].load(std::memory_order_relaxed);
   }
   return out;
+}
+
+void CounterTotals::ObserveLatency(absl::Duration latency, bool local) {
+  const int64_t ns = std::max<int64_t>(0, absl::ToInt64Nanoseconds(latency));
+  const size_t bucket = static_cast<size_t>(
+      std::lower_bound(kLatencyBoundsNs.begin(), kLatencyBoundsNs.end(), ns) -
+      kLatencyBoundsNs.begin());
+  Histogram& histogram = local ? local_latency_ : server_latency_;
+  histogram.counts[bucket].fetch_add(1, std::memory_order_relaxed);
+  histogram.sum_ns.fetch_add(ns, std::memory_order_relaxed);
+}
+
+LatencyHistogram CounterTotals::Read(const Histogram& histogram) {
+  LatencyHistogram out;
+  out.upper_bounds = ClientMetrics::LatencyBoundsSeconds();
+  out.counts.reserve(histogram.counts.size());
+  for (const std::atomic<int64_t>& count : histogram.counts) {
+    out.counts.push_back(count.load(std::memory_order_relaxed));
+  }
+  out.sum_seconds =
+      static_cast<double>(histogram.sum_ns.load(std::memory_order_relaxed)) /
+      1e9;
+  return out;
+}
+
+ClientMetrics CounterTotals::Metrics() const {
+  ClientMetrics metrics;
+  metrics.counters = Snapshot();
+  metrics.server_latency = Read(server_latency_);
+  metrics.local_latency = Read(local_latency_);
+  return metrics;
 }
 
 }  // namespace entrokv::client_internal

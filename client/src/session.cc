@@ -738,6 +738,7 @@ StepOutcome Session::Impl::Fallback(const Pending& pending, Cause cause) {
   outcome.entropy = pending.entropy;
   outcome.fallback = true;
   outcome.latency = absl::Now() - pending.sent;
+  shared_.totals->ObserveLatency(outcome.latency, /*local=*/true);
   ++counters_.steps;
   ++counters_.fallback_steps;
   switch (cause) {
@@ -824,6 +825,7 @@ absl::StatusOr<StepOutcome> Session::Impl::Finish(
   outcome.deferred = result.deferred();
   outcome.latency = absl::Now() - pending.sent;
   outcome.server_compute = absl::Nanoseconds(result.compute_ns());
+  shared_.totals->ObserveLatency(outcome.latency, /*local=*/false);
   ++counters_.steps;
   ++counters_.server_steps;
   counters_.evicted_by_server += static_cast<int64_t>(outcome.evicted.size());

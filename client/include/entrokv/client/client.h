@@ -27,6 +27,7 @@
 #include "absl/time/time.h"
 #include "absl/types/span.h"
 #include "entrokv/client/batch.h"
+#include "entrokv/client/metrics.h"
 #include "entrokv/client/session.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/session.h"
@@ -93,6 +94,9 @@ class Client {
   // too slow for the step deadline; offline_sessions, recovery_attempts and
   // recoveries say how creations and recoveries fared).
   virtual SessionCounters counters() const = 0;
+  // counters() and the histograms of step latency, for an engine to export
+  // (MetricsText() renders them in the Prometheus text format; metrics.h).
+  virtual ClientMetrics metrics() const = 0;
 
   // Creates a server session (`session_id` empty: the server names it) and
   // attaches a Decode stream to it, within options.create_deadline. With

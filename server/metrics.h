@@ -1,0 +1,167 @@
+// Server metrics: what the server counts, and the HTTP endpoint that serves
+// them in the Prometheus text exposition format (version 0.0.4).
+//
+// ServerMetrics holds the counters the service updates as it works (steps,
+// their compute time, evictions, streams, rejected requests, drains). The
+// hot path (a step) costs a few relaxed atomic additions and no lock; a
+// rejection, which is rare and cheap to refuse anyway, takes a mutex. What
+// is a level rather than a count (sessions open, live entries, bytes held,
+// streams open, limits) is read when a scrape comes, by the caller of
+// RenderText() (Server::MetricsText()), and passed in as ServerGauges.
+//
+// MetricsHttpServer serves GET /metrics on one "host:port" address with
+// civetweb (Debian's libcivetweb, the HTTP server prometheus-cpp embeds),
+// calling a render function per scrape on one of its own two threads.
+// docs/observability.md lists every metric.
+//
+// Thread-safety: all methods of both classes are thread-safe.
+
+#ifndef ENTROKV_SERVER_METRICS_H_
+#define ENTROKV_SERVER_METRICS_H_
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+
+struct mg_connection;
+struct mg_context;
+
+namespace entrokv::server {
+
+// A histogram of durations over fixed buckets, with atomic counts: Observe()
+// is two relaxed additions and a short search, no lock.
+class DurationHistogram {
+ public:
+  // Upper bounds of the buckets, in nanoseconds (5 us to 1 s); a last,
+  // implicit bucket takes what is above.
+  static constexpr std::array<int64_t, 17> kBoundsNs = {
+      5'000,       10'000,       25'000,     50'000,      100'000,
+      250'000,     500'000,      1'000'000,  2'500'000,   5'000'000,
+      10'000'000,  25'000'000,   50'000'000, 100'000'000, 250'000'000,
+      500'000'000, 1'000'000'000};
+  static constexpr size_t kBuckets = kBoundsNs.size() + 1;
+
+  struct Snapshot {
+    std::array<int64_t, kBuckets> counts = {};  // Per bucket, not cumulative.
+    int64_t sum_ns = 0;
+  };
+
+  void Observe(int64_t ns);
+  Snapshot Read() const;
+
+ private:
+  std::array<std::atomic<int64_t>, kBuckets> counts_ = {};
+  std::atomic<int64_t> sum_ns_{0};
+};
+
+// Levels read at scrape time (see the file comment). Limits of 0 mean
+// unlimited, as the server flags that set them.
+struct ServerGauges {
+  int64_t sessions_open = 0;
+  int64_t sessions_created = 0;  // Counters kept by the registry.
+  int64_t sessions_closed = 0;
+  int64_t sessions_reclaimed = 0;
+  int64_t live_entries = 0;  // Summed over the open sessions.
+  int64_t cpu_bytes_held = 0;
+  int64_t gpu_bytes_held = 0;
+  int64_t streams_open = 0;
+  bool gpu_available = false;
+  int64_t max_sessions = 0;
+  int64_t max_live_entries = 0;  // Per session.
+  int64_t max_cpu_bytes = 0;
+  int64_t max_gpu_bytes = 0;
+  int64_t max_streams = 0;
+};
+
+class ServerMetrics {
+ public:
+  // Series of entrokv_rejected_total kept apart; past it, new combinations
+  // of labels are counted under field="other" (a bound on what a client's
+  // mistakes can make the server hold).
+  static constexpr size_t kMaxRejectedSeries = 512;
+
+  // A step that core ran: its compute time and the entries it evicted.
+  void StepDone(int64_t compute_ns, int64_t evicted) {
+    steps_.fetch_add(1, std::memory_order_relaxed);
+    if (evicted != 0) evictions_.fetch_add(evicted, std::memory_order_relaxed);
+    step_compute_.Observe(compute_ns);
+  }
+  // A Decode or Echo stream was accepted (refusals count as rejections).
+  void StreamOpened() { streams_.fetch_add(1, std::memory_order_relaxed); }
+  // Counts `status` (not OK) under its gRPC code and the field its message
+  // names (see RejectedField()), for `method` (the RPC's name).
+  void Rejected(absl::string_view method, const absl::Status& status);
+  // Shutdown() began: the server drains.
+  void DrainStarted();
+
+  int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
+
+  // Every metric, in the text exposition format.
+  std::string RenderText(const ServerGauges& gauges) const;
+
+ private:
+  std::atomic<int64_t> steps_{0};
+  std::atomic<int64_t> evictions_{0};
+  std::atomic<int64_t> streams_{0};
+  std::atomic<int64_t> drains_{0};
+  std::atomic<bool> draining_{false};
+  DurationHistogram step_compute_;
+
+  // (method, code, field) -> count.
+  using RejectedKey = std::tuple<std::string, std::string, std::string>;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<RejectedKey, int64_t> rejected_ ABSL_GUARDED_BY(mu_);
+};
+
+// The field a status message names: the text before its first ": " when
+// that is a field path ("steps[3].append.keys: ..." -> "steps.append.keys",
+// list indices dropped), "" when the message names none.
+std::string RejectedField(absl::string_view message);
+
+class MetricsHttpServer {
+ public:
+  // Renders the response body of one scrape.
+  using Render = std::function<std::string()>;
+
+  // Serves GET (and HEAD) /metrics on `address`: "IPv4:port" (port 0 picks a
+  // free one), "localhost:port" or ":port" (every interface). Other paths
+  // answer 404, other methods 405.
+  // Errors: InvalidArgument (malformed address), Unavailable (cannot bind,
+  // with civetweb's reason, e.g. "Address already in use").
+  static absl::StatusOr<std::unique_ptr<MetricsHttpServer>> Start(
+      const std::string& address, Render render);
+
+  // Stops serving; waits for the scrape in progress.
+  ~MetricsHttpServer();
+  MetricsHttpServer(const MetricsHttpServer&) = delete;
+  MetricsHttpServer& operator=(const MetricsHttpServer&) = delete;
+
+  // "host:port" with the port bound (a wildcard host as 0.0.0.0).
+  const std::string& address() const { return address_; }
+  int port() const { return port_; }
+
+ private:
+  explicit MetricsHttpServer(Render render) : render_(std::move(render)) {}
+  static int HandleMetrics(struct mg_connection* connection, void* self);
+
+  const Render render_;
+  struct mg_context* context_ = nullptr;
+  std::string address_;
+  int port_ = 0;
+};
+
+}  // namespace entrokv::server
+
+#endif  // ENTROKV_SERVER_METRICS_H_
