@@ -83,6 +83,21 @@ bool Accepts(int port) {
   return ok;
 }
 
+// True once process `pid` is stopped (state T in /proc/PID/stat).
+bool Stopped(pid_t pid) {
+  std::FILE* file =
+      std::fopen(absl::StrCat("/proc/", pid, "/stat").c_str(), "r");
+  if (file == nullptr) return false;
+  char buffer[512] = {};
+  const size_t n = std::fread(buffer, 1, sizeof(buffer) - 1, file);
+  std::fclose(file);
+  // "PID (COMM) STATE ...": the state follows the last ')'.
+  const std::string stat(buffer, n);
+  const size_t paren = stat.rfind(')');
+  return paren != std::string::npos && paren + 2 < stat.size() &&
+         stat[paren + 2] == 'T';
+}
+
 // An entrokv server, in process or as a process of its own, that can be
 // stopped and started again on the same address.
 class RestartTest : public ::testing::TestWithParam<Stop> {
@@ -109,6 +124,11 @@ class RestartTest : public ::testing::TestWithParam<Stop> {
       server_.reset();
     } else if (GetParam() == Stop::kPause) {
       kill(pid_, SIGSTOP);
+      // kill() returns before the process has stopped: wait until it has.
+      for (int i = 0; i < 200 && !Stopped(pid_); ++i) {
+        absl::SleepFor(absl::Milliseconds(5));
+      }
+      EXPECT_TRUE(Stopped(pid_));
     } else {
       kill(pid_, SIGKILL);
       waitpid(pid_, nullptr, 0);
@@ -418,8 +438,7 @@ TEST_P(RestartTest, SessionsThatLivedThroughARestartAreServedAgain) {
     EXPECT_EQ(session->counters().recoveries, 1);
     // The health watch let no attempt run while the server was away (a
     // stopped server would have held each for create_deadline).
-    EXPECT_EQ(session->counters().recovery_attempts, 1)
-        << sequences[i]->name();
+    EXPECT_EQ(session->counters().recovery_attempts, 1) << sequences[i]->name();
     // The server holds what the engine holds.
     sequences[i]->Flush();
     ASSERT_OK_AND_ASSIGN(SessionInfo info, client->GetSession(session->id()));
