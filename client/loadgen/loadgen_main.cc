@@ -23,6 +23,7 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
+#include "common/flags.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -940,10 +941,11 @@ int Run() {
 }  // namespace entrokv::loadgen
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Load test for entrokv-server: N synthetic sessions, decode-step "
-      "latency and throughput side by side with the Echo baseline.\n"
-      "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64");
-  absl::ParseCommandLine(argc, argv);
+  entrokv::ParseFlags(
+      argc, argv,
+      {"Load test for entrokv-server: N synthetic sessions, decode-step "
+       "latency and throughput side by side with the Echo baseline.\n"
+       "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64",
+       {"client/loadgen/"}});
   return entrokv::loadgen::Run();
 }
