@@ -3,10 +3,14 @@
 // Start() creates the backends (CPU always; CUDA when compiled, enabled and a
 // device is present), the session registry and the gRPC server with the
 // entrokv.v1.EntroKv service, the standard health service (grpc.health.v1)
-// and server reflection, listening on every address of ServerOptions::listen
-// ("host:port" with a port in [0, 65535], 0 picking a free port;
-// "unix:/path"). A reaper thread reclaims sessions detached for longer than
-// the idle timeout.
+// and, when enabled, server reflection, listening on every address of
+// ServerOptions::listen ("host:port" with a port in [0, 65535], 0 picking a
+// free port; "unix:/path"), with the credentials of server/security.h (TLS,
+// mutual TLS, bearer token; plaintext non-loopback TCP refused unless
+// allowed). Unix sockets get ServerOptions::socket_mode/socket_group. An
+// optional second gRPC server on health_listen serves health only. A bind
+// failure is diagnosed (DiagnoseBindFailure). A reaper thread reclaims
+// sessions detached for longer than the idle timeout.
 //
 // Resource bounds: the work of one Decode message (max_steps_per_message,
 // max_steps_per_session_per_message) is refused before any of it is done;
@@ -15,7 +19,7 @@
 // bounds what requests hold; gRPC's own buffers and threads are bounded by a
 // grpc::ResourceQuota (grpc_memory_bytes, grpc_max_threads).
 //
-// Shutdown() sets health to NOT_SERVING, stops accepting calls, lets open
+// Shutdown() sets health to NOT_SERVING (on the health listener too), stops accepting calls, lets open
 // streams run until the drain deadline, then cancels what is left and waits
 // for every call to end. It is idempotent; the destructor calls it with no
 // drain time.
@@ -43,7 +47,8 @@
 namespace entrokv::server {
 
 struct ServerOptions {
-  std::vector<std::string> listen = {"127.0.0.1:50051"};
+  // API listeners. The default keeps the API off the network.
+  std::vector<std::string> listen = {"unix:/run/entrokv/entrokv.sock"};
   int64_t max_sessions = 4096;           // 0: unlimited.
   int64_t max_live_entries = 1 << 20;    // Per session; 0: unlimited.
   int64_t max_bytes = int64_t{8} << 30;  // CPU bytes held; 0: unlimited.
@@ -67,6 +72,27 @@ struct ServerOptions {
   absl::Duration reap_interval = absl::ZeroDuration();
   bool use_gpu = true;  // Try the CUDA backend.
   int gpu_device = 0;
+
+  // --- Security, health port, unix socket permissions (server/security.h).
+  // A health-only listener ("host:port", plaintext, no token): serves
+  // grpc.health.v1 and nothing else. Empty: none.
+  std::string health_listen;
+  // PEM files. tls_cert_file and tls_key_file set: every TCP API listener
+  // uses TLS; tls_client_ca_file set too: clients must present a
+  // certificate signed by it (mutual TLS).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  // A file holding the bearer token every API call must carry
+  // ("authorization: Bearer <token>"); empty: no token.
+  std::string auth_token_file;
+  // Plaintext TCP on a non-loopback address is refused unless this is set.
+  bool allow_insecure_tcp = false;
+  bool enable_reflection = false;  // grpc.reflection.v1alpha on the API.
+  // Mode (octal) and group (name or gid; empty: unchanged) of each unix
+  // socket, set right after it is bound.
+  std::string socket_mode = "0660";
+  std::string socket_group;
 };
 
 class Server {
@@ -83,6 +109,8 @@ class Server {
   // One target per ServerOptions::listen entry, usable by a client: TCP
   // addresses with their bound port ("127.0.0.1:41234"), unix ones as given.
   const std::vector<std::string>& targets() const { return targets_; }
+  // The health-only listener's target ("127.0.0.1:41235"); empty: none.
+  const std::string& health_target() const { return health_target_; }
 
   // See the file comment. Returns once every call has ended.
   void Shutdown(absl::Duration drain);
@@ -106,6 +134,8 @@ class Server {
   std::unique_ptr<EntroKvService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> targets_;
+  std::unique_ptr<grpc::Server> health_server_;  // Null: no health listener.
+  std::string health_target_;
   std::thread reaper_;
 
   absl::Mutex mu_;

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/log_format.h"
 #include "server/status_conversion.h"
 #include "spdlog/spdlog.h"
 
@@ -171,6 +172,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
   }
   // Logged after unlocking, from the snapshot (the entry may be closed by
   // now).
+  const ScopedLogFields fields(snapshot.id);
   spdlog::info("session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}",
                snapshot.id, PolicyName(snapshot.config), snapshot.config.budget,
                config.shape.layers, config.shape.q_heads, config.shape.kv_heads,
@@ -195,6 +197,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Close(const std::string& id) {
     entry->closed_.store(true, std::memory_order_release);
     snapshot = SnapshotLocked(*entry, absl::Now());
   }
+  const ScopedLogFields fields(id);
   spdlog::info("session {} closed: {} steps, peak {} live", id,
                snapshot.stats.steps, snapshot.stats.peak_live);
   // `entry` is released here, outside the lock; if a stream still holds it,
@@ -277,6 +280,7 @@ int SessionRegistry::Reap(absl::Time now) {
     }
   }
   for (const auto& entry : reaped) {
+    const ScopedLogFields fields(entry->id());
     spdlog::info("session {} reclaimed after {} idle", entry->id(),
                  absl::FormatDuration(options_.idle_timeout));
   }
