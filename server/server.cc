@@ -175,20 +175,29 @@ absl::StatusOr<ServerSecurity> SecurityFromOptions(
   return security;
 }
 
-// Adds server reflection to one ServerBuilder (Abseil's
-// InitProtoReflectionServerBuilderPlugin() would add it to every server of
-// the process, the health-only one included).
+// Server reflection on one ServerBuilder, or none. Linking gRPC's reflection
+// library registers its plugin for every server of the process at static
+// initialization; this option removes it, and adds it back only where
+// reflection is asked for (never on the health-only server).
 class ReflectionOption final : public grpc::ServerBuilderOption {
  public:
+  explicit ReflectionOption(bool enable) : enable_(enable) {}
   void UpdateArguments(grpc::ChannelArguments*) override {}
-  void UpdatePlugins(
-      std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>* plugins)
-      override {
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    std::erase_if(*plugins, [](const auto& plugin) {
+      return plugin->name() == "proto_server_reflection";
+    });
 #ifdef ENTROKV_HAVE_REFLECTION
-    plugins->push_back(
-        std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    if (enable_) {
+      plugins->push_back(
+          std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    }
 #endif
   }
+
+ private:
+  const bool enable_;
 };
 
 // "listen: cannot bind A: cause; cannot bind B: cause", over the addresses
@@ -349,9 +358,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
-  if (options.enable_reflection) {
-    builder.SetOption(std::make_unique<ReflectionOption>());
-  }
+  builder.SetOption(
+      std::make_unique<ReflectionOption>(options.enable_reflection));
   // Two servers on one port must not both start silently (see TOOLCHAIN.md).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Notice dead clients, so that their sessions become attachable again.
@@ -411,6 +419,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   if (!options.health_listen.empty()) {
     grpc::ServerBuilder health_builder;
     health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    health_builder.SetOption(std::make_unique<ReflectionOption>(false));
+    server->health_fallback_ = std::make_unique<grpc::CallbackGenericService>();
+    health_builder.RegisterCallbackGenericService(
+        server->health_fallback_.get());
     int health_port = 0;
     health_builder.AddListeningPort(options.health_listen,
                                     grpc::InsecureServerCredentials(),

@@ -40,6 +40,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "entrokv/core/backend.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
 #include "server/service.h"
 #include "server/session_registry.h"
@@ -134,6 +135,9 @@ class Server {
   std::unique_ptr<EntroKvService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> targets_;
+  // Answers UNIMPLEMENTED for all but health on the health-only listener
+  // (and gives gRPC a callback service to poll for).
+  std::unique_ptr<grpc::CallbackGenericService> health_fallback_;
   std::unique_ptr<grpc::Server> health_server_;  // Null: no health listener.
   std::string health_target_;
   std::thread reaper_;
