@@ -47,7 +47,8 @@ std::string FlagEnvironmentName(absl::string_view flag_name) {
 
 std::string NormalizeSourcePath(absl::string_view path) {
   if (absl::ConsumePrefix(&path, kSourceRoot)) return std::string(path);
-  while (absl::ConsumePrefix(&path, "../") || absl::ConsumePrefix(&path, "./")) {
+  while (absl::ConsumePrefix(&path, "../") ||
+         absl::ConsumePrefix(&path, "./")) {
   }
   // A library built elsewhere (Debian's Abseil): from its "absl/" on.
   if (const size_t absl_dir = path.find("/absl/");

@@ -16,9 +16,7 @@ thread_local const ScopedLogFields* current_fields = nullptr;
 
 // Length of the valid UTF-8 sequence at `s[i]`, or 0.
 size_t Utf8Length(absl::string_view s, size_t i) {
-  const auto byte = [&](size_t k) {
-    return static_cast<unsigned char>(s[k]);
-  };
+  const auto byte = [&](size_t k) { return static_cast<unsigned char>(s[k]); };
   const unsigned char c = byte(i);
   size_t n = 0;
   uint32_t min = 0;
@@ -61,11 +59,21 @@ std::string JsonQuote(absl::string_view text) {
       continue;
     }
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (c < 0x20 || c == 0x7F) {
           absl::StrAppendFormat(&out, "\\u%04x", c);
@@ -88,8 +96,9 @@ class JsonFormatter final : public spdlog::formatter {
         absl::FormatTime("%Y-%m-%dT%H:%M:%E6SZ", absl::FromChrono(msg.time),
                          absl::UTCTimeZone()),
         "\",\"level\":",
-        JsonQuote(absl::string_view(spdlog::level::to_string_view(msg.level).data(),
-                                    spdlog::level::to_string_view(msg.level).size())),
+        JsonQuote(
+            absl::string_view(spdlog::level::to_string_view(msg.level).data(),
+                              spdlog::level::to_string_view(msg.level).size())),
         ",\"msg\":",
         JsonQuote(absl::string_view(msg.payload.data(), msg.payload.size())));
     bool have_session = false;

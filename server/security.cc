@@ -48,14 +48,13 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
   bool IsBlocking() const override { return false; }
 
   grpc::Status Process(const InputMetadata& auth_metadata,
-                       grpc::AuthContext* /*context*/,
-                       OutputMetadata* consumed,
+                       grpc::AuthContext* /*context*/, OutputMetadata* consumed,
                        OutputMetadata* /*response*/) override {
     auto path = auth_metadata.find(":path");
     if (path != auth_metadata.end() &&
-        absl::StartsWith(absl::string_view(path->second.data(),
-                                           path->second.size()),
-                         kHealthPathPrefix)) {
+        absl::StartsWith(
+            absl::string_view(path->second.data(), path->second.size()),
+            kHealthPathPrefix)) {
       return grpc::Status::OK;
     }
     auto header = auth_metadata.find("authorization");
@@ -70,9 +69,9 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
       return grpc::Status(grpc::StatusCode::UNAUTHENTICATED,
                           "entrokv: wrong bearer token");
     }
-    consumed->insert({std::string(header->first.data(), header->first.size()),
-                      std::string(header->second.data(),
-                                  header->second.size())});
+    consumed->insert(
+        {std::string(header->first.data(), header->first.size()),
+         std::string(header->second.data(), header->second.size())});
     return grpc::Status::OK;
   }
 
@@ -82,16 +81,26 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
 
 std::string ErrnoName(int error) {
   switch (error) {
-    case EACCES: return "EACCES";
-    case EPERM: return "EPERM";
-    case EADDRINUSE: return "EADDRINUSE";
-    case EADDRNOTAVAIL: return "EADDRNOTAVAIL";
-    case ENOENT: return "ENOENT";
-    case ENOTDIR: return "ENOTDIR";
-    case EROFS: return "EROFS";
-    case ENAMETOOLONG: return "ENAMETOOLONG";
-    case EAFNOSUPPORT: return "EAFNOSUPPORT";
-    default: return absl::StrCat("errno ", error);
+    case EACCES:
+      return "EACCES";
+    case EPERM:
+      return "EPERM";
+    case EADDRINUSE:
+      return "EADDRINUSE";
+    case EADDRNOTAVAIL:
+      return "EADDRNOTAVAIL";
+    case ENOENT:
+      return "ENOENT";
+    case ENOTDIR:
+      return "ENOTDIR";
+    case EROFS:
+      return "EROFS";
+    case ENAMETOOLONG:
+      return "ENAMETOOLONG";
+    case EAFNOSUPPORT:
+      return "EAFNOSUPPORT";
+    default:
+      return absl::StrCat("errno ", error);
   }
 }
 
@@ -133,8 +142,8 @@ std::string DiagnoseUnix(const std::string& address) {
     return absl::StrFormat(
         "%s on %s: owned by uid %d gid %d mode %04o, server runs as uid %d "
         "gid %d",
-        ErrnoName(error), dir, info.st_uid, info.st_gid,
-        info.st_mode & 07777, getuid(), getgid());
+        ErrnoName(error), dir, info.st_uid, info.st_gid, info.st_mode & 07777,
+        getuid(), getgid());
   }
   struct stat existing;
   if (lstat(path.c_str(), &existing) == 0 && !S_ISSOCK(existing.st_mode)) {
@@ -159,8 +168,8 @@ std::string DiagnoseTcp(const std::string& address) {
   const int resolved = getaddrinfo(host.empty() ? nullptr : host.c_str(),
                                    port.c_str(), &hints, &found);
   if (resolved != 0) {
-    return absl::StrCat("cannot resolve \"", host, "\": ",
-                        gai_strerror(resolved));
+    return absl::StrCat("cannot resolve \"", host,
+                        "\": ", gai_strerror(resolved));
   }
   std::string cause;
   for (addrinfo* a = found; a != nullptr && cause.empty(); a = a->ai_next) {
@@ -176,7 +185,8 @@ std::string DiagnoseTcp(const std::string& address) {
       } else if (error == EACCES) {
         absl::StrAppend(&cause, ": port ", port,
                         " is privileged (below 1024) and the server runs as "
-                        "uid ", getuid(), " without CAP_NET_BIND_SERVICE");
+                        "uid ",
+                        getuid(), " without CAP_NET_BIND_SERVICE");
       } else if (error == EADDRNOTAVAIL) {
         absl::StrAppend(&cause, ": ", host,
                         " is not an address of this machine");
@@ -337,8 +347,8 @@ absl::StatusOr<mode_t> ParseSocketMode(const std::string& text) {
 
 absl::StatusOr<gid_t> ResolveGroup(const std::string& group) {
   uint32_t gid = 0;
-  if (!group.empty() && group.find_first_not_of("0123456789") ==
-                            std::string::npos &&
+  if (!group.empty() &&
+      group.find_first_not_of("0123456789") == std::string::npos &&
       absl::SimpleAtoi(group, &gid)) {
     return static_cast<gid_t>(gid);
   }
@@ -356,19 +366,19 @@ absl::StatusOr<gid_t> ResolveGroup(const std::string& group) {
 
 absl::Status ApplySocketPermissions(const std::string& path, mode_t mode,
                                     std::optional<gid_t> group) {
-  if (group.has_value() && chown(path.c_str(), static_cast<uid_t>(-1),
-                                 *group) != 0) {
+  if (group.has_value() &&
+      chown(path.c_str(), static_cast<uid_t>(-1), *group) != 0) {
     const int error = errno;
-    return absl::PermissionDeniedError(absl::StrCat(
-        "socket_group: cannot give ", path, " to gid ", *group, ": ",
-        Describe(error), " (the server's uid ", getuid(),
-        " must be root or a member of that group)"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("socket_group: cannot give ", path, " to gid ", *group,
+                     ": ", Describe(error), " (the server's uid ", getuid(),
+                     " must be root or a member of that group)"));
   }
   if (chmod(path.c_str(), mode) != 0) {
     const int error = errno;
-    return absl::PermissionDeniedError(absl::StrFormat(
-        "socket_mode: cannot chmod %s to %04o: %s", path, mode,
-        Describe(error)));
+    return absl::PermissionDeniedError(
+        absl::StrFormat("socket_mode: cannot chmod %s to %04o: %s", path, mode,
+                        Describe(error)));
   }
   return absl::OkStatus();
 }
@@ -388,9 +398,9 @@ absl::Status CheckUnixSocketFree(const std::string& path) {
       connect(fd, reinterpret_cast<sockaddr*>(&addr), sizeof(addr)) == 0;
   close(fd);
   if (answered) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "cannot bind unix:", path,
-        ": EADDRINUSE: another server answers on this socket"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot bind unix:", path,
+                     ": EADDRINUSE: another server answers on this socket"));
   }
   return absl::OkStatus();
 }

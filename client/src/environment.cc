@@ -1,6 +1,8 @@
 // Defaults read from the environment (client.h: DefaultTarget; session.h:
 // DefaultStepDeadline), as the deployment manifests set them for the engine.
 
+#include "environment.h"
+
 #include <cstdint>
 #include <cstdlib>
 #include <optional>
@@ -10,7 +12,6 @@
 #include "absl/time/time.h"
 #include "entrokv/client/client.h"
 #include "entrokv/client/session.h"
-#include "environment.h"
 
 namespace entrokv {
 
