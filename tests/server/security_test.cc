@@ -544,6 +544,72 @@ TEST_F(SecurityTest, BindFailureNamesOwnerOfUnwritableDirectory) {
               HasSubstr(absl::StrCat("server runs as uid ", getuid())));
 }
 
+// The client library's defaults from the engine's environment, as the
+// deployment manifests set them (ENTROKV_TARGET, ENTROKV_STEP_DEADLINE_MS).
+class ClientEnvironmentTest : public SecurityTest {
+ protected:
+  void TearDown() override {
+    unsetenv("ENTROKV_TARGET");
+    unsetenv("ENTROKV_STEP_DEADLINE_MS");
+    SecurityTest::TearDown();
+  }
+};
+
+TEST_F(ClientEnvironmentTest, UnsetTargetAndDeadlineComeFromEnvironment) {
+  unsetenv("ENTROKV_TARGET");
+  unsetenv("ENTROKV_STEP_DEADLINE_MS");
+  EXPECT_EQ(ClientOptions().target, "unix:/run/entrokv/entrokv.sock");
+  EXPECT_EQ(SessionOptions().step_deadline, absl::Milliseconds(100));
+  setenv("ENTROKV_STEP_DEADLINE_MS", "", 1);  // Empty is unset.
+  EXPECT_EQ(SessionOptions().step_deadline, absl::Milliseconds(100));
+
+  ServerOptions options = TestServerOptions();
+  options.listen = {absl::StrCat("unix:", UniqueSocket("env"))};
+  Start(options);
+  setenv("ENTROKV_TARGET", server_->targets()[0].c_str(), 1);
+  setenv("ENTROKV_STEP_DEADLINE_MS", "2500", 1);
+  EXPECT_EQ(ClientOptions().target, server_->targets()[0]);
+  EXPECT_EQ(SessionOptions().step_deadline, absl::Milliseconds(2500));
+  setenv("ENTROKV_STEP_DEADLINE_MS", "0.5", 1);
+  EXPECT_EQ(SessionOptions().step_deadline, absl::Microseconds(500));
+  // An engine that sets nothing reaches the server named by the environment.
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Client> client,
+                       Client::Connect(ClientOptions()));
+  EXPECT_EQ(client->options().target, server_->targets()[0]);
+  EXPECT_OK(CreateAndStep(client.get()));
+  // What the engine sets wins.
+  ClientOptions explicit_options;
+  explicit_options.target = "unix:/elsewhere.sock";
+  EXPECT_EQ(explicit_options.target, "unix:/elsewhere.sock");
+}
+
+TEST_F(ClientEnvironmentTest, MalformedStepDeadlineFailsConnect) {
+  for (const char* bad : {"abc", "-5", "0"}) {
+    SCOPED_TRACE(bad);
+    setenv("ENTROKV_STEP_DEADLINE_MS", bad, 1);
+    absl::StatusOr<std::unique_ptr<Client>> client =
+        Client::Connect(ClientOptions());
+    ASSERT_FALSE(client.ok());
+    EXPECT_EQ(client.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(client.status().message(),
+                HasSubstr("ENTROKV_STEP_DEADLINE_MS"));
+  }
+}
+
+TEST_F(ClientEnvironmentTest, ClientCertificateNeedsKeyAndRoots) {
+  ClientOptions options;
+  options.target = "127.0.0.1:1";
+  options.tls_cert_file = certs().Path("client.pem");
+  EXPECT_EQ(Client::Connect(options).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  options.tls_key_file = certs().Path("client.key");
+  EXPECT_EQ(Client::Connect(options).status().code(),
+            absl::StatusCode::kInvalidArgument);  // No roots.
+  options.tls_root_certs_file = certs().Path("absent.pem");
+  EXPECT_EQ(Client::Connect(options).status().code(),
+            absl::StatusCode::kNotFound);
+}
+
 TEST(LogFormatTest, JsonLinesParseWithSessionAndStep) {
   std::ostringstream out;
   auto logger = std::make_shared<spdlog::logger>(
