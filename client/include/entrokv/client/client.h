@@ -128,7 +128,8 @@ class Client {
   // from the start, degraded_reason() saying why; session.h). Errors: the
   // caller's (InvalidArgument naming a bad config field, AlreadyExists for a
   // taken id, FailedPrecondition for a GPU placement the server cannot
-  // give); without offline_when_unavailable, every failure.
+  // give, Unauthenticated for a missing or wrong bearer_token); without
+  // offline_when_unavailable, every failure.
   virtual absl::StatusOr<std::unique_ptr<Session>> CreateSession(
       const SessionConfig& config, const SessionOptions& options = {},
       std::string_view session_id = {}) = 0;
