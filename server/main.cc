@@ -9,6 +9,7 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,6 +18,7 @@
 #include "absl/time/time.h"
 #include "common/flags.h"
 #include "google/protobuf/stubs/logging.h"
+#include "grpc/support/log.h"
 #include "server/log_format.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -114,6 +116,26 @@ void LogProtobuf(google::protobuf::LogLevel level, const char* file, int line,
   }
 }
 
+// gRPC's own log lines go through spdlog, so that they share its format
+// (one JSON object per line with --log_format=json) and level. gRPC's errors
+// are mostly about peers (a failed TLS handshake, a bind it retries), so they
+// are warnings here; the server logs its own failures itself.
+void LogGrpc(gpr_log_func_args* args) {
+  const char* file = args->file != nullptr ? args->file : "";
+  if (const char* slash = std::strrchr(file, '/'); slash != nullptr) {
+    file = slash + 1;
+  }
+  switch (args->severity) {
+    case GPR_LOG_SEVERITY_ERROR:
+      spdlog::warn("grpc {}:{}: {}", file, args->line, args->message);
+      break;
+    case GPR_LOG_SEVERITY_INFO:
+    case GPR_LOG_SEVERITY_DEBUG:
+      spdlog::debug("grpc {}:{}: {}", file, args->line, args->message);
+      break;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -138,6 +160,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   google::protobuf::SetLogHandler(&LogProtobuf);
+  gpr_set_log_function(&LogGrpc);
 
   // Signals are taken synchronously by this thread; block them before any
   // other thread (gRPC's) exists so that none of those receives them.
