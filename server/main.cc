@@ -23,8 +23,7 @@
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::vector<std::string>, listen,
-          {"unix:/run/entrokv/entrokv.sock"},
+ABSL_FLAG(std::vector<std::string>, listen, {"unix:/run/entrokv/entrokv.sock"},
           "Comma-separated API listen addresses: unix:/path/to.sock and/or "
           "host:port (port 0 picks one). Plaintext TCP off loopback needs "
           "--allow_insecure_tcp; see --tls_cert");

@@ -233,7 +233,7 @@ std::string DescribeListener(const std::string& address, int port,
                              : absl::StrCat(" group ", options.socket_group),
                          ")")
           : absl::StrCat(HostOf(address), ":", port,
-                         security.tls_cert_file.empty() ? " (plaintext)"
+                         security.tls_cert_file.empty()        ? " (plaintext)"
                          : security.tls_client_ca_file.empty() ? " (TLS)"
                                                                : " (mTLS)");
   if (!security.auth_token.empty()) absl::StrAppend(&out, " [token]");
@@ -424,9 +424,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     health_builder.RegisterCallbackGenericService(
         server->health_fallback_.get());
     int health_port = 0;
-    health_builder.AddListeningPort(options.health_listen,
-                                    grpc::InsecureServerCredentials(),
-                                    &health_port);
+    health_builder.AddListeningPort(
+        options.health_listen, grpc::InsecureServerCredentials(), &health_port);
     server->health_server_ = health_builder.BuildAndStart();
     if (server->health_server_ == nullptr || health_port == 0) {
       return absl::UnavailableError(
@@ -437,8 +436,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   for (grpc::Server* s :
        {server->grpc_server_.get(), server->health_server_.get()}) {
     if (s == nullptr) continue;
-    if (grpc::HealthCheckServiceInterface* health =
-            s->GetHealthCheckService();
+    if (grpc::HealthCheckServiceInterface* health = s->GetHealthCheckService();
         health != nullptr) {
       health->SetServingStatus(true);
       health->SetServingStatus(kServiceName, true);
@@ -448,11 +446,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 
   std::string listening = absl::StrCat("API ", absl::StrJoin(bound, ", "));
   if (server->health_server_ != nullptr) {
-    absl::StrAppend(&listening, "; health ",
-                    HostOf(options.health_listen), ":",
-                    server->health_target_.substr(
-                        server->health_target_.rfind(':') + 1),
-                    " (plaintext, health only)");
+    absl::StrAppend(
+        &listening, "; health ", HostOf(options.health_listen), ":",
+        server->health_target_.substr(server->health_target_.rfind(':') + 1),
+        " (plaintext, health only)");
   }
   if (options.enable_reflection) absl::StrAppend(&listening, "; reflection on");
   spdlog::info(
@@ -461,9 +458,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       "max_message_bytes {}, max_streams {}, max_steps_per_message {}, "
       "max_steps_per_session_per_message {}, echo {}, grpc_memory_bytes {}, "
       "grpc_max_threads {}, idle_timeout {}",
-      listening, server->DescribeBackends(),
-      options.max_sessions, options.max_live_entries, options.max_bytes,
-      options.max_gpu_bytes, options.max_message_bytes, options.max_streams,
+      listening, server->DescribeBackends(), options.max_sessions,
+      options.max_live_entries, options.max_bytes, options.max_gpu_bytes,
+      options.max_message_bytes, options.max_streams,
       options.max_steps_per_message, options.max_steps_per_session_per_message,
       options.enable_echo
           ? absl::StrCat("on (max_echo_bytes ", options.max_echo_bytes, ")")

@@ -19,10 +19,10 @@
 // bounds what requests hold; gRPC's own buffers and threads are bounded by a
 // grpc::ResourceQuota (grpc_memory_bytes, grpc_max_threads).
 //
-// Shutdown() sets health to NOT_SERVING (on the health listener too), stops accepting calls, lets open
-// streams run until the drain deadline, then cancels what is left and waits
-// for every call to end. It is idempotent; the destructor calls it with no
-// drain time.
+// Shutdown() sets health to NOT_SERVING (on the health listener too), stops
+// accepting calls, lets open streams run until the drain deadline, then cancels
+// what is left and waits for every call to end. It is idempotent; the
+// destructor calls it with no drain time.
 //
 // Thread-safety: all methods are thread-safe.
 

@@ -4,20 +4,19 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <utility>
 #include <vector>
-
-#include <fstream>
-#include <sstream>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "convert.h"
 #include "decode_stream.h"
-#include "environment.h"
 #include "entrokv/core/sketch.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
+#include "environment.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/security/credentials.h"
 #include "grpcpp/support/client_interceptor.h"
@@ -56,7 +55,8 @@ class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
  public:
   explicit BearerTokenInterceptor(const std::string* header)
       : header_(header) {}
-  void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(
             grpc::experimental::InterceptionHookPoints::
                 PRE_SEND_INITIAL_METADATA)) {
