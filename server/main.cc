@@ -9,23 +9,24 @@
 
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
-#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "google/protobuf/stubs/logging.h"
+#include "grpc/support/log.h"
+#include "server/log_format.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
 
-ABSL_FLAG(std::vector<std::string>, listen, {"127.0.0.1:50051"},
-          "Comma-separated listen addresses: host:port (port 0 picks one) "
-          "and/or unix:/path/to.sock");
+ABSL_FLAG(std::vector<std::string>, listen, {"unix:/run/entrokv/entrokv.sock"},
+          "Comma-separated API listen addresses: unix:/path/to.sock and/or "
+          "host:port (port 0 picks one). Plaintext TCP off loopback needs "
+          "--allow_insecure_tcp; see --tls_cert");
 ABSL_FLAG(int64_t, max_sessions, 4096,
           "Most open sessions; past it CreateSession is RESOURCE_EXHAUSTED "
           "(0: unlimited)");
@@ -74,6 +75,35 @@ ABSL_FLAG(std::string, metrics_listen, "",
           "HTTP address of the Prometheus metrics endpoint (GET /metrics): "
           "IPv4:port, localhost:port or :port (every interface); empty: off");
 
+// Security, health port, socket permissions, log format (docs/security.md).
+ABSL_FLAG(std::string, health_listen, "",
+          "host:port of a health-only listener (plaintext grpc.health.v1, "
+          "no token, nothing else), e.g. 0.0.0.0:8081 for Kubernetes probes; "
+          "empty: none");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM server certificate (chain); with --tls_key every TCP API "
+          "listener uses TLS");
+ABSL_FLAG(std::string, tls_key, "", "PEM private key of --tls_cert");
+ABSL_FLAG(std::string, tls_client_ca, "",
+          "PEM CA certificate(s); set: clients must present a certificate "
+          "signed by it (mutual TLS)");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding a bearer token (surrounding whitespace trimmed); "
+          "every API call must then carry \"authorization: Bearer <token>\" "
+          "or ends UNAUTHENTICATED (health checks exempt)");
+ABSL_FLAG(bool, allow_insecure_tcp, false,
+          "Allow a plaintext TCP API listener on a non-loopback address "
+          "(anyone who reaches it can create, list and close sessions)");
+ABSL_FLAG(bool, enable_reflection, false,
+          "Serve gRPC server reflection on the API listeners");
+ABSL_FLAG(std::string, socket_mode, "0660",
+          "Octal mode of each unix socket, set right after bind");
+ABSL_FLAG(std::string, socket_group, "",
+          "Group (name or gid) given each unix socket; empty: the server's");
+ABSL_FLAG(std::string, log_format, "text",
+          "text, or json: one object per line (ts, level, msg, and session "
+          "and step where relevant)");
+
 namespace {
 
 // protobuf reports some malformed client messages (a string that is not
@@ -88,19 +118,34 @@ void LogProtobuf(google::protobuf::LogLevel level, const char* file, int line,
   }
 }
 
+// gRPC's own log lines go through spdlog, so that they share its format
+// (one JSON object per line with --log_format=json) and level. gRPC's errors
+// are mostly about peers (a failed TLS handshake, a bind it retries), so they
+// are warnings here; the server logs its own failures itself.
+void LogGrpc(gpr_log_func_args* args) {
+  const char* file = args->file != nullptr ? args->file : "";
+  if (const char* slash = std::strrchr(file, '/'); slash != nullptr) {
+    file = slash + 1;
+  }
+  switch (args->severity) {
+    case GPR_LOG_SEVERITY_ERROR:
+      spdlog::warn("grpc {}:{}: {}", file, args->line, args->message);
+      break;
+    case GPR_LOG_SEVERITY_INFO:
+    case GPR_LOG_SEVERITY_DEBUG:
+      spdlog::debug("grpc {}:{}: {}", file, args->line, args->message);
+      break;
+  }
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "decides KV-cache evictions for LLM inference engines "
-      "over gRPC.\nUsage: entrokv-server [--listen=ADDR,...] [flags]");
-  absl::FlagsUsageConfig usage_config;
-  // --help lists this binary's flags (not only those of a file named after it).
-  usage_config.contains_help_flags = [](absl::string_view path) {
-    return absl::EndsWith(path, "server/main.cc");
-  };
-  absl::SetFlagsUsageConfig(usage_config);
-  absl::ParseCommandLine(argc, argv);
+  entrokv::ParseFlags(
+      argc, argv,
+      {"decides KV-cache evictions for LLM inference engines over gRPC.\n"
+       "Usage: entrokv-server [--listen=ADDR,...] [flags]",
+       {"server/"}});
 
   const std::string level_name = absl::GetFlag(FLAGS_log_level);
   const spdlog::level::level_enum level = spdlog::level::from_str(level_name);
@@ -110,7 +155,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   spdlog::set_level(level);
+  if (absl::Status status =
+          entrokv::server::SetLogFormat(absl::GetFlag(FLAGS_log_format));
+      !status.ok()) {
+    std::fprintf(stderr, "--%s\n", std::string(status.message()).c_str());
+    return 2;
+  }
   google::protobuf::SetLogHandler(&LogProtobuf);
+  gpr_set_log_function(&LogGrpc);
 
   // Signals are taken synchronously by this thread; block them before any
   // other thread (gRPC's) exists so that none of those receives them.
@@ -140,6 +192,15 @@ int main(int argc, char** argv) {
   options.gpu_device = absl::GetFlag(FLAGS_gpu_device);
   options.metrics_listen = absl::GetFlag(FLAGS_metrics_listen);
   const absl::Duration drain = absl::GetFlag(FLAGS_drain_timeout);
+  options.health_listen = absl::GetFlag(FLAGS_health_listen);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  options.tls_client_ca_file = absl::GetFlag(FLAGS_tls_client_ca);
+  options.auth_token_file = absl::GetFlag(FLAGS_auth_token_file);
+  options.allow_insecure_tcp = absl::GetFlag(FLAGS_allow_insecure_tcp);
+  options.enable_reflection = absl::GetFlag(FLAGS_enable_reflection);
+  options.socket_mode = absl::GetFlag(FLAGS_socket_mode);
+  options.socket_group = absl::GetFlag(FLAGS_socket_group);
 
   absl::StatusOr<std::unique_ptr<entrokv::server::Server>> server =
       entrokv::server::Server::Start(options);

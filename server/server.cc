@@ -1,23 +1,28 @@
 #include "server/server.h"
 
 #include <malloc.h>
+#include <sys/stat.h>
 
 #include <algorithm>
 #include <chrono>
 #include <climits>
+#include <optional>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #ifdef ENTROKV_HAVE_REFLECTION
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #endif
 #include "grpcpp/health_check_service_interface.h"
+#include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/security.h"
 #include "server/status_conversion.h"
 #include "spdlog/spdlog.h"
 
@@ -31,11 +36,6 @@ constexpr int kMinGrpcThreads = 4;
 int64_t GrpcMemoryBytes(const ServerOptions& options) {
   if (options.grpc_memory_bytes > 0) return options.grpc_memory_bytes;
   return std::max<int64_t>(int64_t{1} << 30, 4 * options.max_message_bytes);
-}
-
-bool IsUnixAddress(const std::string& address) {
-  return absl::StartsWith(address, "unix:") ||
-         absl::StartsWith(address, "unix-abstract:");
 }
 
 // "host:port" with the port actually bound; wildcard hosts become loopback.
@@ -131,7 +131,113 @@ absl::Status ValidateOptions(const ServerOptions& options) {
   if (options.idle_timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("idle_timeout: must be positive");
   }
+  if (!options.health_listen.empty()) {
+    if (IsUnixAddress(options.health_listen)) {
+      return absl::InvalidArgumentError(
+          "health_listen: must be host:port (the API's unix sockets serve "
+          "health already)");
+    }
+    if (absl::Status status = ValidateListenAddress(options.health_listen);
+        !status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("health_", status.message()));
+    }
+  }
+  if (absl::StatusOr<mode_t> mode = ParseSocketMode(options.socket_mode);
+      !mode.ok()) {
+    return mode.status();
+  }
   return absl::OkStatus();
+}
+
+// The server's security settings from its options; reads the token file.
+absl::StatusOr<ServerSecurity> SecurityFromOptions(
+    const ServerOptions& options) {
+  ServerSecurity security;
+  security.tls_cert_file = options.tls_cert_file;
+  security.tls_key_file = options.tls_key_file;
+  security.tls_client_ca_file = options.tls_client_ca_file;
+  security.allow_insecure_tcp = options.allow_insecure_tcp;
+  if (!options.auth_token_file.empty()) {
+    absl::StatusOr<std::string> token = ReadTokenFile(options.auth_token_file);
+    if (!token.ok()) return token.status();
+    security.auth_token = *std::move(token);
+  }
+  if (absl::Status status = ValidateSecurity(security); !status.ok()) {
+    return status;
+  }
+  for (const std::string& address : options.listen) {
+    if (absl::Status status = CheckPlaintextTcpAllowed(address, security);
+        !status.ok()) {
+      return status;
+    }
+  }
+  return security;
+}
+
+// Server reflection on one ServerBuilder, or none. Linking gRPC's reflection
+// library registers its plugin for every server of the process at static
+// initialization; this option removes it, and adds it back only where
+// reflection is asked for (never on the health-only server).
+class ReflectionOption final : public grpc::ServerBuilderOption {
+ public:
+  explicit ReflectionOption(bool enable) : enable_(enable) {}
+  void UpdateArguments(grpc::ChannelArguments*) override {}
+  void UpdatePlugins(std::vector<std::unique_ptr<grpc::ServerBuilderPlugin>>*
+                         plugins) override {
+    std::erase_if(*plugins, [](const auto& plugin) {
+      return plugin->name() == "proto_server_reflection";
+    });
+#ifdef ENTROKV_HAVE_REFLECTION
+    if (enable_) {
+      plugins->push_back(
+          std::make_unique<grpc::reflection::ProtoServerReflectionPlugin>());
+    }
+#endif
+  }
+
+ private:
+  const bool enable_;
+};
+
+// "listen: cannot bind A: cause; cannot bind B: cause", over the addresses
+// whose cause is found, or the vague message when none is.
+std::string BindFailureMessage(absl::string_view flag,
+                               const std::vector<std::string>& addresses) {
+  std::vector<std::string> causes;
+  for (const std::string& address : addresses) {
+    const std::string cause = DiagnoseBindFailure(address);
+    if (!cause.empty()) {
+      causes.push_back(absl::StrCat("cannot bind ", address, ": ", cause));
+    }
+  }
+  if (causes.empty()) {
+    return absl::StrCat(flag, ": could not bind ",
+                        absl::StrJoin(addresses, ", "),
+                        " (no cause found: address in use, not local, or not "
+                        "resolvable)");
+  }
+  return absl::StrCat(flag, ": ", absl::StrJoin(causes, "; "));
+}
+
+// What the startup line says of a listener: the address with its bound
+// port, and its protection.
+std::string DescribeListener(const std::string& address, int port,
+                             const ServerSecurity& security,
+                             const ServerOptions& options) {
+  std::string out =
+      IsUnixAddress(address)
+          ? absl::StrCat(address, " (mode ", options.socket_mode,
+                         options.socket_group.empty()
+                             ? std::string()
+                             : absl::StrCat(" group ", options.socket_group),
+                         ")")
+          : absl::StrCat(HostOf(address), ":", port,
+                         security.tls_cert_file.empty()        ? " (plaintext)"
+                         : security.tls_client_ca_file.empty() ? " (TLS)"
+                                                               : " (mTLS)");
+  if (!security.auth_token.empty()) absl::StrAppend(&out, " [token]");
+  return out;
 }
 
 // Gives freed heap memory back to the OS once sessions and streams have gone.
@@ -186,7 +292,31 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   if (absl::Status status = ValidateOptions(options); !status.ok()) {
     return status;
   }
+  absl::StatusOr<ServerSecurity> security = SecurityFromOptions(options);
+  if (!security.ok()) return security.status();
   std::unique_ptr<Server> server(new Server(options));
+  std::vector<std::shared_ptr<grpc::ServerCredentials>> credentials;
+  for (const std::string& address : options.listen) {
+    absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> made =
+        MakeListenerCredentials(address, *security, &server->metrics_);
+    if (!made.ok()) return made.status();
+    credentials.push_back(*std::move(made));
+    if (absl::StartsWith(address, "unix:")) {
+      // gRPC unlinks an existing socket file: do not orphan a live server.
+      if (absl::Status status = CheckUnixSocketFree(address.substr(5));
+          !status.ok()) {
+        return absl::FailedPreconditionError(
+            absl::StrCat("listen: ", status.message()));
+      }
+    }
+  }
+  std::optional<gid_t> socket_group;
+  if (!options.socket_group.empty()) {
+    absl::StatusOr<gid_t> gid = ResolveGroup(options.socket_group);
+    if (!gid.ok()) return gid.status();
+    socket_group = *gid;
+  }
+  const mode_t socket_mode = *ParseSocketMode(options.socket_mode);
 
   BackendOptions cpu_options;
   cpu_options.max_bytes = options.max_bytes;
@@ -235,15 +365,12 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
         });
     if (!http.ok()) return http.status();
     server->metrics_http_ = *std::move(http);
-    spdlog::info("metrics on http://{}/metrics",
-                 server->metrics_http_->address());
   }
 
   grpc::EnableDefaultHealthCheckService(true);
-#ifdef ENTROKV_HAVE_REFLECTION
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-#endif
   grpc::ServerBuilder builder;
+  builder.SetOption(
+      std::make_unique<ReflectionOption>(options.enable_reflection));
   // Two servers on one port must not both start silently (see TOOLCHAIN.md).
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Notice dead clients, so that their sessions become attachable again.
@@ -263,47 +390,92 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   builder.SetMaxSendMessageSize(static_cast<int>(options.max_message_bytes));
   std::vector<int> ports(options.listen.size(), 0);
   for (size_t i = 0; i < options.listen.size(); ++i) {
-    builder.AddListeningPort(options.listen[i],
-                             grpc::InsecureServerCredentials(), &ports[i]);
+    builder.AddListeningPort(options.listen[i], credentials[i], &ports[i]);
   }
   builder.RegisterService(server->service_.get());
-  server->grpc_server_ = builder.BuildAndStart();
+  {
+    // Unix sockets are created owner-only, then given socket_mode: never
+    // wider than asked, not even for a moment. (umask is per process; no
+    // other thread of ours creates files during start.)
+    const mode_t old_umask = umask(0177);
+    server->grpc_server_ = builder.BuildAndStart();
+    umask(old_umask);
+  }
   if (server->grpc_server_ == nullptr) {
     // ~Server() copes with a server that never started.
-    return absl::UnavailableError(absl::StrCat(
-        "listen: could not bind ", absl::StrJoin(options.listen, ", "),
-        " (address in use, not local, or not resolvable)"));
+    return absl::UnavailableError(BindFailureMessage("listen", options.listen));
   }
+  std::vector<std::string> bound;
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const std::string& address = options.listen[i];
     if (IsUnixAddress(address)) {
       server->targets_.push_back(address);
+      if (absl::StartsWith(address, "unix:")) {
+        // ~Server() shuts the started gRPC server down.
+        if (absl::Status status = ApplySocketPermissions(
+                address.substr(5), socket_mode, socket_group);
+            !status.ok()) {
+          return status;
+        }
+      }
     } else {
       if (ports[i] == 0) {
         // ~Server() shuts the started gRPC server down.
-        return absl::UnavailableError(
-            absl::StrCat("listen: could not bind ", address));
+        return absl::UnavailableError(BindFailureMessage("listen", {address}));
       }
       server->targets_.push_back(TcpTarget(address, ports[i]));
     }
+    bound.push_back(DescribeListener(address, ports[i], *security, options));
   }
-  grpc::HealthCheckServiceInterface* health =
-      server->grpc_server_->GetHealthCheckService();
-  if (health != nullptr) {
-    health->SetServingStatus(true);
-    health->SetServingStatus(kServiceName, true);
+  if (!options.health_listen.empty()) {
+    grpc::ServerBuilder health_builder;
+    health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
+    health_builder.SetOption(std::make_unique<ReflectionOption>(false));
+    server->health_fallback_ = std::make_unique<grpc::CallbackGenericService>();
+    health_builder.RegisterCallbackGenericService(
+        server->health_fallback_.get());
+    int health_port = 0;
+    health_builder.AddListeningPort(
+        options.health_listen, grpc::InsecureServerCredentials(), &health_port);
+    server->health_server_ = health_builder.BuildAndStart();
+    if (server->health_server_ == nullptr || health_port == 0) {
+      return absl::UnavailableError(
+          BindFailureMessage("health_listen", {options.health_listen}));
+    }
+    server->health_target_ = TcpTarget(options.health_listen, health_port);
+  }
+  for (grpc::Server* s :
+       {server->grpc_server_.get(), server->health_server_.get()}) {
+    if (s == nullptr) continue;
+    if (grpc::HealthCheckServiceInterface* health = s->GetHealthCheckService();
+        health != nullptr) {
+      health->SetServingStatus(true);
+      health->SetServingStatus(kServiceName, true);
+    }
   }
   server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
 
+  std::string listening = absl::StrCat("API ", absl::StrJoin(bound, ", "));
+  if (server->health_server_ != nullptr) {
+    absl::StrAppend(
+        &listening, "; health ", HostOf(options.health_listen), ":",
+        server->health_target_.substr(server->health_target_.rfind(':') + 1),
+        " (plaintext, health only)");
+  }
+  if (server->metrics_http_ != nullptr) {
+    absl::StrAppend(&listening, "; metrics http://",
+                    server->metrics_http_->address(), "/metrics");
+  }
+  if (options.enable_reflection) absl::StrAppend(&listening, "; reflection on");
   spdlog::info(
       "entrokv server listening on {}; backends: {}; max_sessions {}, "
       "max_live_entries {}, max_bytes {}, max_gpu_bytes {}, "
       "max_message_bytes {}, max_streams {}, max_steps_per_message {}, "
       "max_steps_per_session_per_message {}, echo {}, grpc_memory_bytes {}, "
       "grpc_max_threads {}, idle_timeout {}",
-      absl::StrJoin(server->targets_, ", "), server->DescribeBackends(),
-      options.max_sessions, options.max_live_entries, options.max_bytes,
-      options.max_gpu_bytes, options.max_message_bytes, options.max_streams,
+      listening, server->DescribeBackends(), options.max_sessions,
+      options.max_live_entries, options.max_bytes, options.max_gpu_bytes,
+      options.max_message_bytes, options.max_streams,
       options.max_steps_per_message, options.max_steps_per_session_per_message,
       options.enable_echo
           ? absl::StrCat("on (max_echo_bytes ", options.max_echo_bytes, ")")
@@ -357,16 +529,24 @@ void Server::Shutdown(absl::Duration drain) {
   if (grpc_server_ != nullptr) {
     spdlog::info("shutting down: draining open streams for up to {}",
                  absl::FormatDuration(drain));
-    if (grpc::HealthCheckServiceInterface* health =
-            grpc_server_->GetHealthCheckService();
-        health != nullptr) {
-      health->SetServingStatus(false);
-      health->SetServingStatus(kServiceName, false);
+    for (grpc::Server* s : {grpc_server_.get(), health_server_.get()}) {
+      if (s == nullptr) continue;
+      if (grpc::HealthCheckServiceInterface* health =
+              s->GetHealthCheckService();
+          health != nullptr) {
+        health->SetServingStatus(false);
+        health->SetServingStatus(kServiceName, false);
+      }
     }
     const auto deadline =
         std::chrono::system_clock::now() + absl::ToChronoNanoseconds(drain);
     grpc_server_->Shutdown(deadline);
     grpc_server_->Wait();
+  }
+  // Probes see NOT_SERVING on the health port for the whole drain.
+  if (health_server_ != nullptr) {
+    health_server_->Shutdown(std::chrono::system_clock::now());
+    health_server_->Wait();
   }
   // A Start() that failed may have left no gRPC server, reaper or registry.
   if (reaper_.joinable()) reaper_.join();

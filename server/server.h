@@ -3,10 +3,14 @@
 // Start() creates the backends (CPU always; CUDA when compiled, enabled and a
 // device is present), the session registry and the gRPC server with the
 // entrokv.v1.EntroKv service, the standard health service (grpc.health.v1)
-// and server reflection, listening on every address of ServerOptions::listen
-// ("host:port" with a port in [0, 65535], 0 picking a free port;
-// "unix:/path"). A reaper thread reclaims sessions detached for longer than
-// the idle timeout.
+// and, when enabled, server reflection, listening on every address of
+// ServerOptions::listen ("host:port" with a port in [0, 65535], 0 picking a
+// free port; "unix:/path"), with the credentials of server/security.h (TLS,
+// mutual TLS, bearer token; plaintext non-loopback TCP refused unless
+// allowed). Unix sockets get ServerOptions::socket_mode/socket_group. An
+// optional second gRPC server on health_listen serves health only. A bind
+// failure is diagnosed (DiagnoseBindFailure). A reaper thread reclaims
+// sessions detached for longer than the idle timeout.
 //
 // Resource bounds: the work of one Decode message (max_steps_per_message,
 // max_steps_per_session_per_message) is refused before any of it is done;
@@ -18,10 +22,10 @@
 // With ServerOptions::metrics_listen set, an HTTP endpoint serves the
 // server's metrics in the Prometheus text format (server/metrics.h).
 //
-// Shutdown() sets health to NOT_SERVING, stops accepting calls, lets open
-// streams run until the drain deadline, then cancels what is left and waits
-// for every call to end. It is idempotent; the destructor calls it with no
-// drain time.
+// Shutdown() sets health to NOT_SERVING (on the health listener too), stops
+// accepting calls, lets open streams run until the drain deadline, then cancels
+// what is left and waits for every call to end. It is idempotent; the
+// destructor calls it with no drain time.
 //
 // Thread-safety: all methods are thread-safe.
 
@@ -39,6 +43,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "entrokv/core/backend.h"
+#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
 #include "server/metrics.h"
 #include "server/service.h"
@@ -47,7 +52,8 @@
 namespace entrokv::server {
 
 struct ServerOptions {
-  std::vector<std::string> listen = {"127.0.0.1:50051"};
+  // API listeners. The default keeps the API off the network.
+  std::vector<std::string> listen = {"unix:/run/entrokv/entrokv.sock"};
   int64_t max_sessions = 4096;           // 0: unlimited.
   int64_t max_live_entries = 1 << 20;    // Per session; 0: unlimited.
   int64_t max_bytes = int64_t{8} << 30;  // CPU bytes held; 0: unlimited.
@@ -74,6 +80,27 @@ struct ServerOptions {
   // HTTP address of the Prometheus endpoint (GET /metrics): "IPv4:port"
   // (port 0 picks one), "localhost:port", ":port"; empty: none.
   std::string metrics_listen;
+
+  // --- Security, health port, unix socket permissions (server/security.h).
+  // A health-only listener ("host:port", plaintext, no token): serves
+  // grpc.health.v1 and nothing else. Empty: none.
+  std::string health_listen;
+  // PEM files. tls_cert_file and tls_key_file set: every TCP API listener
+  // uses TLS; tls_client_ca_file set too: clients must present a
+  // certificate signed by it (mutual TLS).
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  std::string tls_client_ca_file;
+  // A file holding the bearer token every API call must carry
+  // ("authorization: Bearer <token>"); empty: no token.
+  std::string auth_token_file;
+  // Plaintext TCP on a non-loopback address is refused unless this is set.
+  bool allow_insecure_tcp = false;
+  bool enable_reflection = false;  // grpc.reflection.v1alpha on the API.
+  // Mode (octal) and group (name or gid; empty: unchanged) of each unix
+  // socket, set right after it is bound.
+  std::string socket_mode = "0660";
+  std::string socket_group;
 };
 
 class Server {
@@ -90,6 +117,8 @@ class Server {
   // One target per ServerOptions::listen entry, usable by a client: TCP
   // addresses with their bound port ("127.0.0.1:41234"), unix ones as given.
   const std::vector<std::string>& targets() const { return targets_; }
+  // The health-only listener's target ("127.0.0.1:41235"); empty: none.
+  const std::string& health_target() const { return health_target_; }
 
   // See the file comment. Returns once every call has ended.
   void Shutdown(absl::Duration drain);
@@ -120,6 +149,11 @@ class Server {
   std::unique_ptr<EntroKvService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> targets_;
+  // Answers UNIMPLEMENTED for all but health on the health-only listener
+  // (and gives gRPC a callback service to poll for).
+  std::unique_ptr<grpc::CallbackGenericService> health_fallback_;
+  std::unique_ptr<grpc::Server> health_server_;  // Null: no health listener.
+  std::string health_target_;
   std::thread reaper_;
   // Stopped by Shutdown(), after the gRPC server: a drain stays observable.
   std::unique_ptr<MetricsHttpServer> metrics_http_;

@@ -20,6 +20,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "proto/convert/config_convert.h"
+#include "server/log_format.h"
 #include "server/status_conversion.h"
 #include "server/step_input.h"
 #include "spdlog/spdlog.h"
@@ -314,6 +315,7 @@ class DecodeReactor final
             PrefixMessage(absl::StrCat("steps[", i, "]."), status);
         metrics_->Rejected(kDecode, named);
         ToProtoStatus(named, result->mutable_status());
+        const ScopedLogFields fields(step.session_id(), step.step());
         spdlog::debug("step {} of session {} rejected: {}", step.step(),
                       step.session_id(), result->status().message());
       }

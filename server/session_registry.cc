@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "server/log_format.h"
 #include "server/status_conversion.h"
 #include "spdlog/spdlog.h"
 
@@ -167,6 +168,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
   created_.fetch_add(1, std::memory_order_relaxed);
   // Logged after unlocking, from the snapshot (the entry may be closed by
   // now).
+  const ScopedLogFields fields(snapshot.id);
   spdlog::info("session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}",
                snapshot.id, PolicyName(snapshot.config), snapshot.config.budget,
                config.shape.layers, config.shape.q_heads, config.shape.kv_heads,
@@ -192,6 +194,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Close(const std::string& id) {
     snapshot = SnapshotLocked(*entry, absl::Now());
   }
   closed_.fetch_add(1, std::memory_order_relaxed);
+  const ScopedLogFields fields(id);
   spdlog::info("session {} closed: {} steps, peak {} live", id,
                snapshot.stats.steps, snapshot.stats.peak_live);
   // `entry` is released here, outside the lock; if a stream still holds it,
@@ -276,6 +279,7 @@ int SessionRegistry::Reap(absl::Time now) {
   reclaimed_.fetch_add(static_cast<int64_t>(reaped.size()),
                        std::memory_order_relaxed);
   for (const auto& entry : reaped) {
+    const ScopedLogFields fields(entry->id());
     spdlog::info("session {} reclaimed after {} idle", entry->id(),
                  absl::FormatDuration(options_.idle_timeout));
   }

@@ -35,6 +35,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/flags.h"
 #include "entrokv/client/client.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/element_type.h"
@@ -1083,10 +1084,11 @@ int Run() {
 }  // namespace entrokv::loadgen
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Load test for entrokv-server: N synthetic sessions, decode-step "
-      "latency and throughput side by side with the Echo baseline.\n"
-      "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64");
-  absl::ParseCommandLine(argc, argv);
+  entrokv::ParseFlags(
+      argc, argv,
+      {"Load test for entrokv-server: N synthetic sessions, decode-step "
+       "latency and throughput side by side with the Echo baseline.\n"
+       "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64",
+       {"client/loadgen/"}});
   return entrokv::loadgen::Run();
 }

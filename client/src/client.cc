@@ -1,8 +1,12 @@
 #include "entrokv/client/client.h"
 
+#include <errno.h>
+
 #include <algorithm>
 #include <cstdint>
+#include <fstream>
 #include <limits>
+#include <sstream>
 #include <utility>
 #include <vector>
 
@@ -12,7 +16,10 @@
 #include "decode_stream.h"
 #include "entrokv/core/sketch.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
+#include "environment.h"
 #include "grpcpp/grpcpp.h"
+#include "grpcpp/security/credentials.h"
+#include "grpcpp/support/client_interceptor.h"
 #include "proto/convert/config_convert.h"
 #include "session_impl.h"
 
@@ -39,6 +46,86 @@ int Milliseconds(absl::Duration d) {
 // `status` with `what` before its message, its code kept.
 absl::Status Prefixed(absl::string_view what, const absl::Status& status) {
   return absl::Status(status.code(), absl::StrCat(what, status.message()));
+}
+
+// Adds "authorization: Bearer <token>" to every call of a channel, unary
+// and streaming alike. (gRPC's call credentials would send it only over
+// TLS; the token also guards plaintext unix sockets and loopback.)
+class BearerTokenInterceptor final : public grpc::experimental::Interceptor {
+ public:
+  explicit BearerTokenInterceptor(const std::string* header)
+      : header_(header) {}
+  void Intercept(
+      grpc::experimental::InterceptorBatchMethods* methods) override {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::
+                PRE_SEND_INITIAL_METADATA)) {
+      methods->GetSendInitialMetadata()->insert({"authorization", *header_});
+    }
+    methods->Proceed();
+  }
+
+ private:
+  const std::string* const header_;  // Owned by the factory.
+};
+
+class BearerTokenInterceptorFactory final
+    : public grpc::experimental::ClientInterceptorFactoryInterface {
+ public:
+  explicit BearerTokenInterceptorFactory(const std::string& token)
+      : header_(absl::StrCat("Bearer ", token)) {}
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo* /*info*/) override {
+    return new BearerTokenInterceptor(&header_);
+  }
+
+ private:
+  const std::string header_;
+};
+
+absl::StatusOr<std::string> ReadPem(const char* what, const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    const std::string message =
+        absl::StrCat(what, ": cannot read \"", path, "\"");
+    return errno == EACCES ? absl::PermissionDeniedError(message)
+                           : absl::NotFoundError(message);
+  }
+  std::stringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// Plaintext, or TLS (mutual with a client certificate) per `options`.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> ChannelCredentials(
+    const ClientOptions& options) {
+  if (options.tls_cert_file.empty() != options.tls_key_file.empty()) {
+    return absl::InvalidArgumentError(
+        "tls_cert_file and tls_key_file: give both or neither");
+  }
+  if (options.tls_root_certs_file.empty()) {
+    if (!options.tls_cert_file.empty()) {
+      return absl::InvalidArgumentError(
+          "tls_cert_file: needs tls_root_certs_file (TLS)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> roots =
+      ReadPem("tls_root_certs_file", options.tls_root_certs_file);
+  if (!roots.ok()) return roots.status();
+  ssl.pem_root_certs = *std::move(roots);
+  if (!options.tls_cert_file.empty()) {
+    absl::StatusOr<std::string> cert =
+        ReadPem("tls_cert_file", options.tls_cert_file);
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key =
+        ReadPem("tls_key_file", options.tls_key_file);
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(cert);
+    ssl.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(ssl);
 }
 
 class ClientImpl;
@@ -370,8 +457,24 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
               Milliseconds(options.reconnect_max_backoff));
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
               Milliseconds(options.connect_timeout));
-  std::shared_ptr<grpc::Channel> channel = grpc::CreateCustomChannel(
-      options.target, grpc::InsecureChannelCredentials(), args);
+  if (absl::StatusOr<std::optional<absl::Duration>> deadline =
+          client_internal::StepDeadlineFromEnvironment();
+      !deadline.ok()) {
+    return deadline.status();
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      ChannelCredentials(options);
+  if (!credentials.ok()) return credentials.status();
+  std::vector<
+      std::unique_ptr<grpc::experimental::ClientInterceptorFactoryInterface>>
+      interceptors;
+  if (!options.bearer_token.empty()) {
+    interceptors.push_back(
+        std::make_unique<BearerTokenInterceptorFactory>(options.bearer_token));
+  }
+  std::shared_ptr<grpc::Channel> channel =
+      grpc::experimental::CreateCustomChannelWithInterceptors(
+          options.target, *credentials, args, std::move(interceptors));
   return std::unique_ptr<Client>(new ClientImpl(options, std::move(channel)));
 }
 

@@ -50,7 +50,6 @@
 #include "absl/flags/flag.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/status/status.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -58,6 +57,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/status_macros.h"
 #include "tinyllama/calibrate.h"
@@ -1807,25 +1807,17 @@ absl::Status Main() {
 }  // namespace entrokv::tinyllama
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Perplexity of stories260K against KV-cache memory for every entrokv "
-      "policy.\n"
-      "  entrokv-eval --inprocess [--threads 2] [--out DIR]   (the protocol: "
-      "tune on stories 1-100, test on 101-227)\n"
-      "  entrokv-eval --inprocess --quick\n"
-      "  entrokv-eval --inprocess --sweep [--stories 20] [--budgets ...]\n"
-      "  entrokv-eval --inprocess --fidelity --sketch project:4 "
-      "[--policies ...] [--targets 32,64]");
-  // --help lists this file's flags: Abseil's default looks for a file named
-  // after the program ("entrokv-eval.cc", "entrokv-eval_main.cc"), which this
-  // is not, and would list none.
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "eval_main.");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::ParseCommandLine(argc, argv);
+  entrokv::ParseFlags(
+      argc, argv,
+      {"Perplexity of stories260K against KV-cache memory for every entrokv "
+       "policy.\n"
+       "  entrokv-eval --inprocess [--threads 2] [--out DIR]   (the protocol: "
+       "tune on stories 1-100, test on 101-227)\n"
+       "  entrokv-eval --inprocess --quick\n"
+       "  entrokv-eval --inprocess --sweep [--stories 20] [--budgets ...]\n"
+       "  entrokv-eval --inprocess --fidelity --sketch project:4 "
+       "[--policies ...] [--targets 32,64]",
+       {"client/examples/tinyllama/"}});
   const absl::Status status = entrokv::tinyllama::Main();
   if (!status.ok()) {
     std::fprintf(stderr, "entrokv-eval: %s\n", status.ToString().c_str());

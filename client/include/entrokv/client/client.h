@@ -34,8 +34,30 @@
 
 namespace entrokv {
 
+// The sidecar's default address: its unix socket.
+inline constexpr char kDefaultTarget[] = "unix:/run/entrokv/entrokv.sock";
+
+// The target a ClientOptions starts with: the environment variable
+// ENTROKV_TARGET when it is set and not empty, else kDefaultTarget.
+std::string DefaultTarget();
+
 struct ClientOptions {
-  std::string target = "unix:/run/entrokv/entrokv.sock";
+  // Left as constructed ("unset"), DefaultTarget(): the deployment's
+  // ENTROKV_TARGET, else kDefaultTarget. An engine that assigns it overrides
+  // the environment. (Session step deadlines come from the environment the
+  // same way: SessionOptions::step_deadline.)
+  std::string target = DefaultTarget();
+  // Transport security. With tls_root_certs_file (PEM CA certificates that
+  // verify the server) the channel uses TLS; add tls_cert_file and
+  // tls_key_file (PEM) to present a client certificate (mutual TLS). The
+  // server's certificate must name the target's host (DNS or IP SAN).
+  // Empty: plaintext (unix sockets, loopback).
+  std::string tls_root_certs_file;
+  std::string tls_cert_file;
+  std::string tls_key_file;
+  // Non-empty: every call (unary and Decode streams) carries the metadata
+  // "authorization: Bearer <bearer_token>" (the server's --auth_token_file).
+  std::string bearer_token;
   // Deadline of GetSession, ListSessions and CloseSession, and of the
   // background close of a session whose attach failed. (CreateSession,
   // Attach and Session::Close() use SessionOptions::create_deadline.)
@@ -80,7 +102,10 @@ struct ServerInfo {
 class Client {
  public:
   // Creates the channel; does not contact the server.
-  // Errors: InvalidArgument for an empty target or a bad reconnect setting.
+  // Errors: InvalidArgument for an empty target, a bad reconnect setting, a
+  // client certificate without its key (or without tls_root_certs_file), or
+  // a malformed ENTROKV_STEP_DEADLINE_MS; NotFound / PermissionDenied for a
+  // PEM file that cannot be read.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(
       const ClientOptions& options);
 
@@ -107,7 +132,8 @@ class Client {
   // from the start, degraded_reason() saying why; session.h). Errors: the
   // caller's (InvalidArgument naming a bad config field, AlreadyExists for a
   // taken id, FailedPrecondition for a GPU placement the server cannot
-  // give); without offline_when_unavailable, every failure.
+  // give, Unauthenticated for a missing or wrong bearer_token); without
+  // offline_when_unavailable, every failure.
   virtual absl::StatusOr<std::unique_ptr<Session>> CreateSession(
       const SessionConfig& config, const SessionOptions& options = {},
       std::string_view session_id = {}) = 0;

@@ -126,10 +126,20 @@ namespace entrokv {
 // degrades the session either way, so both behave alike to the engine.
 enum class StreamApi : uint8_t { kSync, kCallback };
 
+// The step deadline a SessionOptions starts with: the environment variable
+// ENTROKV_STEP_DEADLINE_MS (a positive number of milliseconds, fractions
+// allowed) when it is set and not empty, else 100 ms. A value that is not a
+// positive number counts as unset here, and makes Client::Connect() fail
+// (InvalidArgument naming the variable).
+absl::Duration DefaultStepDeadline();
+
 struct SessionOptions {
   // Per-step deadline, counted from the step's send. Past it the step is
   // decided locally. absl::InfiniteDuration(): wait for the server forever.
-  absl::Duration step_deadline = absl::Milliseconds(100);
+  // Left as constructed ("unset"), it is DefaultStepDeadline(): the
+  // deployment's ENTROKV_STEP_DEADLINE_MS, else 100 ms; an engine that
+  // assigns it overrides the environment.
+  absl::Duration step_deadline = DefaultStepDeadline();
   // The creation deadline: the most CreateSession (its RPC and the stream's
   // attach handshake together), Attach and Close() wait for the server.
   // absl::InfiniteDuration(): wait for the server forever.
