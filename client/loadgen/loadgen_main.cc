@@ -44,8 +44,9 @@
 #include "grpcpp/grpcpp.h"
 #include "report.h"
 
-ABSL_FLAG(std::string, target, "127.0.0.1:50051",
-          "Server target: host:port or unix:/path");
+ABSL_FLAG(std::string, target, "unix:/run/entrokv/entrokv.sock",
+          "Server target: unix:/path or host:port (the server's default "
+          "listen address by default)");
 ABSL_FLAG(std::string, mode, "both",
           "entrokv, echo, or both (interleaved); echo needs a server started "
           "with --enable_echo (without it, both runs entrokv alone and says "

@@ -114,8 +114,9 @@ ABSL_FLAG(std::string, pipelined_budgets, "64",
           "late.");
 ABSL_FLAG(bool, inprocess, false,
           "Decide in this process with entrokv core instead of over gRPC.");
-ABSL_FLAG(std::string, server, "localhost:50051",
-          "entrokv server target for the gRPC decider.");
+ABSL_FLAG(std::string, server, "unix:/run/entrokv/entrokv.sock",
+          "entrokv server target for the gRPC decider (the server's default "
+          "listen address by default).");
 ABSL_FLAG(std::string, out, "eval-out", "Output folder.");
 ABSL_FLAG(int, threads, 1, "Runs evaluated in parallel.");
 ABSL_FLAG(bool, plot, true, "Draw the PNG with gnuplot.");
