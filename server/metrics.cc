@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "civetweb.h"
+#include "common/prometheus_text.h"
 #include "spdlog/spdlog.h"
 
 namespace entrokv::server {
@@ -33,24 +34,6 @@ constexpr std::array<const char*, DurationHistogram::kBoundsNs.size()>
                       "0.00025", "0.0005", "0.001",   "0.0025", "0.005",
                       "0.01",    "0.025",  "0.05",    "0.1",    "0.25",
                       "0.5",     "1"};
-
-// A label value with \, " and newline escaped (exposition format 0.0.4).
-std::string EscapeLabel(absl::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (const char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 void Header(std::string* out, absl::string_view name, absl::string_view type,
             absl::string_view help) {
@@ -220,9 +203,9 @@ std::string ServerMetrics::RenderText(const ServerGauges& gauges) const {
   for (const auto& [key, count] : rejected) {
     const auto& [method, code, field] = key;
     Sample(&out, "entrokv_rejected_total",
-           absl::StrCat("method=\"", EscapeLabel(method), "\",code=\"",
-                        EscapeLabel(code), "\",field=\"", EscapeLabel(field),
-                        "\""),
+           absl::StrCat("method=\"", EscapePrometheusLabel(method),
+                        "\",code=\"", EscapePrometheusLabel(code),
+                        "\",field=\"", EscapePrometheusLabel(field), "\""),
            count);
   }
 

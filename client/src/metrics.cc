@@ -8,28 +8,12 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/string_view.h"
+#include "common/prometheus_text.h"
 #include "counter_totals.h"
 #include "entrokv/client/client.h"
 
 namespace entrokv {
 namespace {
-
-std::string EscapeLabel(absl::string_view value) {
-  std::string out;
-  out.reserve(value.size());
-  for (const char c : value) {
-    if (c == '\\') {
-      out += "\\\\";
-    } else if (c == '"') {
-      out += "\\\"";
-    } else if (c == '\n') {
-      out += "\\n";
-    } else {
-      out += c;
-    }
-  }
-  return out;
-}
 
 // Writes one family: its HELP and TYPE lines once, then samples.
 class Writer {
@@ -37,7 +21,7 @@ class Writer {
   explicit Writer(const MetricsTextOptions& options) : prefix_(options.prefix) {
     for (const auto& [name, value] : options.labels) {
       absl::StrAppend(&constant_, constant_.empty() ? "" : ",", name, "=\"",
-                      EscapeLabel(value), "\"");
+                      EscapePrometheusLabel(value), "\"");
     }
   }
 
