@@ -19,8 +19,10 @@
 #include <barrier>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <map>
 #include <memory>
+#include <sstream>
 #include <string>
 #include <thread>
 #include <vector>
@@ -29,6 +31,8 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -93,6 +97,15 @@ ABSL_FLAG(bool, block_summary, false,
           "One state per block (needs --block_size >= 2)");
 ABSL_FLAG(bool, json, false, "Print the report as JSON");
 ABSL_FLAG(bool, progress, true, "Progress bar on stderr");
+ABSL_FLAG(std::string, tls_root_certs, "",
+          "PEM file of the CA(s) that sign the server's certificate: connect "
+          "with TLS (empty: plaintext)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate for a mutual-TLS server (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM key of --tls_cert");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the bearer token a server started with "
+          "--auth_token_file requires (sent as authorization: Bearer ...)");
 ABSL_FLAG(bool, fail_on_error, false,
           "Exit 1 when any step was not answered OK by the server (rejected, "
           "lost with its stream, not sent after its stream ended, or decided "
@@ -198,6 +211,67 @@ absl::Status ToAbsl(const grpc::Status& status) {
                       status.error_message());
 }
 
+// The bearer token every call carries (empty: none); set once in main().
+std::string& BearerToken() {
+  static std::string* token = new std::string;
+  return *token;
+}
+
+// Adds the bearer token, when there is one, to a call's metadata.
+void Authorize(grpc::ClientContext* context) {
+  if (!BearerToken().empty()) {
+    context->AddMetadata("authorization", "Bearer " + BearerToken());
+  }
+}
+
+// The whole content of `path`, or an error naming `flag`.
+absl::StatusOr<std::string> ReadFlagFile(const char* flag,
+                                         const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": cannot read ", path));
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// The sync client's channel credentials: plaintext, or TLS (mutual with
+// --tls_cert/--tls_key), as the client library builds them from the same
+// files for the other --client modes.
+absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
+SyncChannelCredentials() {
+  const std::string roots = absl::GetFlag(FLAGS_tls_root_certs);
+  if (absl::GetFlag(FLAGS_tls_cert).empty() !=
+      absl::GetFlag(FLAGS_tls_key).empty()) {
+    return absl::InvalidArgumentError(
+        "--tls_cert and --tls_key: give both or neither");
+  }
+  if (roots.empty()) {
+    if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
+      return absl::InvalidArgumentError(
+          "--tls_cert: needs --tls_root_certs (TLS)");
+    }
+    return grpc::InsecureChannelCredentials();
+  }
+  grpc::SslCredentialsOptions ssl;
+  absl::StatusOr<std::string> pem = ReadFlagFile("tls_root_certs", roots);
+  if (!pem.ok()) return pem.status();
+  ssl.pem_root_certs = *std::move(pem);
+  if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
+    absl::StatusOr<std::string> cert =
+        ReadFlagFile("tls_cert", absl::GetFlag(FLAGS_tls_cert));
+    if (!cert.ok()) return cert.status();
+    absl::StatusOr<std::string> key =
+        ReadFlagFile("tls_key", absl::GetFlag(FLAGS_tls_key));
+    if (!key.ok()) return key.status();
+    ssl.pem_cert_chain = *std::move(cert);
+    ssl.pem_private_key = *std::move(key);
+  }
+  return grpc::SslCredentials(ssl);
+}
+
 // A blocking bidi stream that is finished exactly once. gRPC aborts the
 // process (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS) when Finish() is called twice
 // on one call: a stream that broke mid-run (a drain, a dead server) was
@@ -208,7 +282,8 @@ class SyncStream {
   // `open` starts the call on the context it is given, e.g.
   // [&](grpc::ClientContext* c) { return stub->Decode(c); }.
   template <typename Open>
-  explicit SyncStream(Open open) : stream_(open(&context_)) {}
+  explicit SyncStream(Open open)
+      : stream_((Authorize(&context_), open(&context_))) {}
   ~SyncStream() {
     if (!ended_) {
       context_.TryCancel();
@@ -357,6 +432,7 @@ class SessionRunner final : public Runner {
       id_ = session_->id();
     } else {
       grpc::ClientContext context;
+      Authorize(&context);
       context.set_deadline(std::chrono::system_clock::now() + kUnaryDeadline);
       v1::CreateSessionResponse response;
       grpc::Status status =
@@ -453,6 +529,7 @@ class SessionRunner final : public Runner {
     if (decode_ != nullptr) (void)decode_->Close();
     if (!id_.empty()) {
       grpc::ClientContext context;
+      Authorize(&context);
       context.set_deadline(std::chrono::system_clock::now() + kUnaryDeadline);
       v1::CloseSessionRequest request;
       request.set_session_id(id_);
@@ -761,6 +838,7 @@ class BatchRunner final : public Runner {
 // status (UNIMPLEMENTED when the server runs without --enable_echo).
 absl::Status ProbeEcho(v1::EntroKv::Stub* stub) {
   grpc::ClientContext context;
+  Authorize(&context);
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(10));
   auto stream = stub->Echo(&context);
@@ -882,14 +960,32 @@ int Run() {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(256 << 20);
   args.SetMaxSendMessageSize(256 << 20);
-  auto channel = grpc::CreateCustomChannel(
-      target, grpc::InsecureChannelCredentials(), args);
+  if (const std::string file = absl::GetFlag(FLAGS_auth_token_file);
+      !file.empty()) {
+    absl::StatusOr<std::string> token = ReadFlagFile("auth_token_file", file);
+    if (!token.ok()) {
+      std::fprintf(stderr, "%s\n", token.status().ToString().c_str());
+      return 2;
+    }
+    BearerToken() = std::string(absl::StripAsciiWhitespace(*token));
+  }
+  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
+      SyncChannelCredentials();
+  if (!credentials.ok()) {
+    std::fprintf(stderr, "%s\n", credentials.status().ToString().c_str());
+    return 2;
+  }
+  auto channel = grpc::CreateCustomChannel(target, *credentials, args);
   shared.stub =
       std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(channel));
   if (client_kind != "sync") {
     ClientOptions options;
     options.target = target;
     options.max_message_bytes = 256 << 20;
+    options.tls_root_certs_file = absl::GetFlag(FLAGS_tls_root_certs);
+    options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+    options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+    options.bearer_token = BearerToken();
     // Connect() does not wait for the server: it fails only on options,
     // i.e. on flags.
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
