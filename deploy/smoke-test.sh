@@ -76,6 +76,11 @@ for _ in $(seq 1 150); do
 done
 [[ -S $socket ]] || fail "no socket at $socket after 30 s"
 step "socket $(stat -c '%n owner %u:%g mode %a' "$socket")"
+# The image's default (--socket_mode 0660): the engine reaches the socket
+# through its group, nobody else can. SERVER_ARGS may choose otherwise.
+if [[ -z ${SERVER_ARGS:-} && $(stat -c '%u:%a' "$socket") != 10001:660 ]]; then
+  fail "socket is $(stat -c '%u mode %a' "$socket"), want uid 10001 mode 660"
+fi
 uid=$("${ENGINE[@]}" exec "$name" id -u)
 [[ $uid == 10001 ]] || fail "server runs as uid $uid, want 10001"
 step "server runs as uid $uid"
