@@ -13,8 +13,8 @@
 # (preloaded), and tests/sanitizers/tsan.supp names the reports that come
 # from inside the other uninstrumented libraries.
 #
-# Not part of scripts/test.sh or CI: on 2 cores the ASan build alone takes
-# about as long as the normal CI run (see README.md, "Reliability").
+# Not part of scripts/test.sh; .ci/run runs the asan mode after it when CI's
+# time allows (see README.md, "Reliability").
 #
 # Environment: ENTROKV_JOBS (default 2), ENTROKV_CTEST_ARGS (extra arguments
 # for ctest, e.g. "-R Registry").
@@ -49,6 +49,7 @@ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
 targets=(
   entrokv_core_tests entrokv_backend_contract_test
   entrokv_server_tests entrokv_server_client_tests entrokv_loadgen_tests
+  entrokv_security_tests entrokv_flags_tests
   entrokv-server entrokv_loadgen
   entrokv_client_tests entrokv_minimal_engine
   entrokv_fuzz_replay
@@ -68,12 +69,13 @@ export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
 export TSAN_OPTIONS=${TSAN_OPTIONS:-halt_on_error=1:second_deadlock_stack=1:suppressions=$root/tests/sanitizers/tsan.supp}
 
 # Only the folders whose binaries were built; the install/find_package test
-# rebuilds the project without sanitizers and is left out.
+# rebuilds the project without sanitizers and is left out, and so are the
+# --help tests (they need entrokv-eval, of the tinyllama example).
 status=0
-for dir in core server client fuzz; do
+for dir in core common server client fuzz; do
   # shellcheck disable=SC2086  # ENTROKV_CTEST_ARGS is a list of arguments
   ctest --test-dir "$build/tests/$dir" --output-on-failure -j "$jobs" \
-    --timeout 600 -LE install ${ENTROKV_CTEST_ARGS:-} || status=1
+    --timeout 600 -LE install -E 'HelpTest|help_tests' ${ENTROKV_CTEST_ARGS:-} || status=1
 done
 if [[ $status -ne 0 ]]; then
   echo "sanitize.sh $mode: FAILED" >&2
