@@ -148,6 +148,9 @@ void ServerMetrics::Rejected(absl::string_view method,
   RejectedKey key(std::string(method), std::move(code), std::move(field));
   auto it = rejected_.find(key);
   if (it == rejected_.end() && rejected_.size() >= kMaxRejectedSeries) {
+    // Past the bound every new series folds into one per code: the method
+    // too may come from a client (an unauthenticated call's path).
+    std::get<0>(key) = "other";
     std::get<2>(key) = "other";
     it = rejected_.find(key);
   }

@@ -88,8 +88,9 @@ struct ServerGauges {
 class ServerMetrics {
  public:
   // Series of entrokv_rejected_total kept apart; past it, new combinations
-  // of labels are counted under field="other" (a bound on what a client's
-  // mistakes can make the server hold).
+  // of labels are counted under method="other", field="other" (one series
+  // per code: a bound on what a client's mistakes can make the server
+  // hold).
   static constexpr size_t kMaxRejectedSeries = 512;
 
   // A step that core ran: its compute time and the entries it evicted.

@@ -81,10 +81,17 @@ class BearerTokenProcessor final : public grpc::AuthMetadataProcessor {
   grpc::Status Refuse(InputMetadata::const_iterator path,
                       const InputMetadata& metadata, const char* message) {
     if (metrics_ != nullptr) {
+      // The path is the client's: only entrokv's own methods are named.
       absl::string_view method = "unknown";
       if (path != metadata.end()) {
-        method = absl::string_view(path->second.data(), path->second.size());
-        method.remove_prefix(std::min(method.size(), method.rfind('/') + 1));
+        absl::string_view name(path->second.data(), path->second.size());
+        if (absl::ConsumePrefix(&name, "/entrokv.v1.EntroKv/") &&
+            !name.empty() && name.size() <= 32 &&
+            name.find_first_not_of("abcdefghijklmnopqrstuvwxyz"
+                                   "ABCDEFGHIJKLMNOPQRSTUVWXYZ") ==
+                absl::string_view::npos) {
+          method = name;
+        }
       }
       metrics_->Rejected(
           method, absl::UnauthenticatedError(

@@ -316,10 +316,24 @@ TEST(ServerMetricsTest, BoundsTheRejectedSeries) {
                        PrometheusText::Parse(metrics.RenderText({})));
   EXPECT_EQ(m.Samples("entrokv_rejected_total").size(),
             ServerMetrics::kMaxRejectedSeries + 1);
-  EXPECT_EQ(m.Value("entrokv_rejected_total", {{"method", "Decode"},
+  EXPECT_EQ(m.Value("entrokv_rejected_total", {{"method", "other"},
                                                {"code", "INVALID_ARGUMENT"},
                                                {"field", "other"}}),
             10);
+  // Methods past the bound (e.g. unauthenticated calls' paths) fold too.
+  for (int i = 0; i < 100; ++i) {
+    metrics.Rejected(absl::StrCat("Method", i),
+                     absl::UnauthenticatedError("authorization: no token"));
+  }
+  ASSERT_OK_AND_ASSIGN(const PrometheusText after,
+                       PrometheusText::Parse(metrics.RenderText({})));
+  EXPECT_EQ(after.Samples("entrokv_rejected_total").size(),
+            ServerMetrics::kMaxRejectedSeries + 2);
+  EXPECT_EQ(after.Value("entrokv_rejected_total",
+                        {{"method", "other"},
+                         {"code", "UNAUTHENTICATED"},
+                         {"field", "other"}}),
+            100);
 }
 
 TEST(DurationHistogramTest, PutsEachDurationInTheFirstBucketThatHoldsIt) {

@@ -22,12 +22,14 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "entrokv/client/client.h"
 #include "entrokv/client/session.h"
 #include "entrokv/client/vectors.h"
 #include "gmock/gmock.h"
+#include "grpcpp/generic/generic_stub.h"
 #include "grpcpp/grpcpp.h"
 #include "grpcpp/impl/codegen/sync_stream.h"
 #include "gtest/gtest.h"
@@ -328,8 +330,31 @@ TEST_F(SecurityTest, TokenOnUnixSocketRefusesMissingOrWrongToken) {
   ASSERT_NE(client, nullptr);
   EXPECT_OK(CreateAndStep(client.get()));
   EXPECT_OK(client->ListSessions().status());
+  // A call on a path of the client's making is refused and counted under
+  // method "unknown", not under its path.
+  {
+    grpc::GenericStub generic(channel);
+    grpc::ClientContext context;
+    context.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(5)));
+    grpc::Slice empty("");
+    grpc::ByteBuffer request(&empty, 1), response;
+    absl::Notification done;
+    grpc::Status status;
+    generic.UnaryCall(&context, "/made.Up/Path", grpc::StubOptions(),
+                      &request, &response, [&](grpc::Status s) {
+                        status = std::move(s);
+                        done.Notify();
+                      });
+    done.WaitForNotification();
+    EXPECT_EQ(status.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  }
   // Each refusal is counted: two CreateSession, two ListSessions, one Decode.
   const std::string metrics = server_->MetricsText();
+  EXPECT_THAT(metrics,
+              ::testing::HasSubstr(
+                  "entrokv_rejected_total{method=\"unknown\",code=\""
+                  "UNAUTHENTICATED\",field=\"authorization\"} 1\n"));
+  EXPECT_THAT(metrics, ::testing::Not(::testing::HasSubstr("made.Up")));
   for (const auto& [method, count] :
        {std::pair<const char*, int>{"CreateSession", 2},
         {"ListSessions", 2},
