@@ -431,6 +431,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     grpc::ServerBuilder health_builder;
     health_builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
     health_builder.SetOption(std::make_unique<ReflectionOption>(false));
+    // Anyone who reaches the port may call it (probes come from the node):
+    // its own small quota and a cap on streams per connection bound what
+    // long-lived Health/Watch calls can hold.
+    grpc::ResourceQuota health_quota("entrokv-health");
+    health_quota.Resize(16 << 20);
+    health_quota.SetMaxThreads(4);
+    health_builder.SetResourceQuota(health_quota);
+    health_builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 4);
+    health_builder.SetMaxReceiveMessageSize(4 << 10);
     server->health_fallback_ = std::make_unique<grpc::CallbackGenericService>();
     health_builder.RegisterCallbackGenericService(
         server->health_fallback_.get());
