@@ -124,7 +124,7 @@ step "entrokv-loadgen inside the container, over the socket:"
 "${ENGINE[@]}" exec "$name" entrokv-loadgen \
   --target=unix:/run/entrokv/entrokv.sock --mode=entrokv --sessions=4 \
   --prefill=256 --rounds=1 --steps_per_round=100 --budget=256 \
-  --progress=false 2>&1 | sed 's/^/  loadgen| /'
+  --progress=false --fail_on_error 2>&1 | sed 's/^/  loadgen| /'
 rc=${PIPESTATUS[0]}
 [[ $rc == 0 ]] || fail "entrokv-loadgen exited $rc"
 

@@ -34,10 +34,11 @@ absl::StatusOr<std::optional<absl::Duration>> StepDeadlineFromEnvironment() {
   const char* value = std::getenv("ENTROKV_STEP_DEADLINE_MS");
   if (value == nullptr || *value == '\0') return std::nullopt;
   double ms = 0;
-  if (!absl::SimpleAtod(value, &ms) || !(ms > 0) || ms > 1e12) {
+  // At least 1 us: a smaller value would truncate to a zero deadline.
+  if (!absl::SimpleAtod(value, &ms) || !(ms >= 0.001) || ms > 1e12) {
     return absl::InvalidArgumentError(
         std::string("ENTROKV_STEP_DEADLINE_MS: \"") + value +
-        "\" is not a positive number of milliseconds");
+        "\" is not a number of milliseconds from 0.001 to 1e12");
   }
   return absl::Microseconds(static_cast<int64_t>(ms * 1000));
 }
