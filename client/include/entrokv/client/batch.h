@@ -19,7 +19,9 @@
 // degraded session with a SessionOptions::live_keys callback recovers as
 // session.h says, through the batch: its new server session is attached to a
 // new stream of the batch, and its live entries are re-sent with its next
-// batched step.
+// batched step. A recovery whose attach fails ends that stream too, and so
+// degrades the batch's other sessions (they share the stream; each then
+// recovers in turn).
 //
 // One message carries at most the server's --max_steps_per_message steps
 // (1024 by default); past it the server ends the stream and every session of
