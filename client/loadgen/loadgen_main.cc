@@ -22,6 +22,7 @@
 #include <fstream>
 #include <map>
 #include <memory>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -97,6 +98,11 @@ ABSL_FLAG(bool, block_summary, false,
           "One state per block (needs --block_size >= 2)");
 ABSL_FLAG(bool, json, false, "Print the report as JSON");
 ABSL_FLAG(bool, progress, true, "Progress bar on stderr");
+ABSL_FLAG(absl::Duration, sync_timeout, absl::Seconds(10),
+          "A round trip (or the close) of a blocking Decode or Echo stream "
+          "that takes longer than this cancels the stream; its step counts "
+          "as DEADLINE_EXCEEDED and the stream's later steps as not sent (a "
+          "stopped server must not hang the run)");
 ABSL_FLAG(std::string, tls_root_certs, "",
           "PEM file of the CA(s) that sign the server's certificate: connect "
           "with TLS (empty: plaintext)");
@@ -272,6 +278,62 @@ SyncChannelCredentials() {
   return grpc::SslCredentials(ssl);
 }
 
+// A blocking call watched by StreamWatchdog: busy from the start of a round
+// trip to its end.
+struct Watched {
+  grpc::ClientContext* context = nullptr;
+  std::atomic<int64_t> busy_since_ns{0};  // 0: idle.
+  std::atomic<bool> fired{false};         // Cancelled for taking too long.
+
+  void Busy() { busy_since_ns.store(absl::GetCurrentTimeNanos()); }
+  void Idle() { busy_since_ns.store(0); }
+};
+
+// One thread that cancels the watched calls busy for longer than
+// --sync_timeout: gRPC's blocking streams have no per-message deadline.
+class StreamWatchdog {
+ public:
+  static StreamWatchdog& Get() {
+    static StreamWatchdog* watchdog = new StreamWatchdog;  // Never destroyed.
+    return *watchdog;
+  }
+  void Add(Watched* watched) {
+    absl::MutexLock lock(&mu_);
+    if (!started_) {
+      started_ = true;
+      std::thread([this] { Loop(); }).detach();
+    }
+    watched_.insert(watched);
+  }
+  // After it returns, the watchdog no longer touches `watched`.
+  void Remove(Watched* watched) {
+    absl::MutexLock lock(&mu_);
+    watched_.erase(watched);
+  }
+
+ private:
+  void Loop() {
+    const int64_t timeout_ns =
+        absl::ToInt64Nanoseconds(absl::GetFlag(FLAGS_sync_timeout));
+    for (;;) {
+      absl::SleepFor(absl::Milliseconds(50));
+      const int64_t now = absl::GetCurrentTimeNanos();
+      absl::MutexLock lock(&mu_);
+      for (Watched* watched : watched_) {
+        const int64_t since = watched->busy_since_ns.load();
+        if (since != 0 && now - since > timeout_ns &&
+            !watched->fired.exchange(true)) {
+          watched->context->TryCancel();
+        }
+      }
+    }
+  }
+
+  absl::Mutex mu_;
+  bool started_ ABSL_GUARDED_BY(mu_) = false;
+  std::set<Watched*> watched_ ABSL_GUARDED_BY(mu_);
+};
+
 // A blocking bidi stream that is finished exactly once. gRPC aborts the
 // process (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS) when Finish() is called twice
 // on one call: a stream that broke mid-run (a drain, a dead server) was
@@ -283,8 +345,12 @@ class SyncStream {
   // [&](grpc::ClientContext* c) { return stub->Decode(c); }.
   template <typename Open>
   explicit SyncStream(Open open)
-      : stream_((Authorize(&context_), open(&context_))) {}
+      : stream_((Authorize(&context_), open(&context_))) {
+    watched_.context = &context_;
+    StreamWatchdog::Get().Add(&watched_);
+  }
   ~SyncStream() {
+    StreamWatchdog::Get().Remove(&watched_);
     if (!ended_) {
       context_.TryCancel();
       (void)stream_->Finish();
@@ -297,7 +363,10 @@ class SyncStream {
   // (now or before): status() then says why.
   bool RoundTrip(const W& request, R* reply) {
     if (ended_) return false;
-    if (stream_->Write(request) && stream_->Read(reply)) return true;
+    watched_.Busy();
+    const bool answered = stream_->Write(request) && stream_->Read(reply);
+    watched_.Idle();
+    if (answered) return true;
     End();
     return false;
   }
@@ -305,9 +374,12 @@ class SyncStream {
   // Half-closes the stream if it is still open and returns its final status.
   absl::Status Close() {
     if (!ended_) {
+      watched_.Busy();
       stream_->WritesDone();
       ended_ = true;
       status_ = ToAbsl(stream_->Finish());
+      watched_.Idle();
+      if (watched_.fired) status_ = TimedOut();
     }
     return status_;
   }
@@ -322,12 +394,21 @@ class SyncStream {
   void End() {
     ended_ = true;
     status_ = ToAbsl(stream_->Finish());
-    if (status_.ok()) {
+    if (watched_.fired) {
+      status_ = TimedOut();
+    } else if (status_.ok()) {
       status_ = absl::UnavailableError("stream ended without an answer");
     }
   }
+  static absl::Status TimedOut() {
+    return absl::DeadlineExceededError(
+        absl::StrCat("no answer within --sync_timeout=",
+                     absl::FormatDuration(absl::GetFlag(FLAGS_sync_timeout)),
+                     "; the stream was cancelled"));
+  }
 
   grpc::ClientContext context_;
+  Watched watched_;
   std::unique_ptr<grpc::ClientReaderWriter<W, R>> stream_;
   bool ended_ = false;
   absl::Status status_;

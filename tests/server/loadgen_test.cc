@@ -461,6 +461,45 @@ TEST_P(LoadgenLosesServerTest, SurvivesAKilledServer) {
   }
 }
 
+// A server that stops answering but keeps its connections (SIGSTOP): no
+// client mode hangs; a blocking stream is cancelled after --sync_timeout.
+TEST_P(LoadgenLosesServerTest, SurvivesAStoppedServer) {
+  const std::string socket =
+      absl::StrCat("/tmp/entrokv-test-", getpid(), "-loadgen-stop.sock");
+  unlink(socket.c_str());
+  const pid_t pid = SpawnServer(socket);
+  ASSERT_GT(pid, 0);
+  auto channel = grpc::CreateChannel(absl::StrCat("unix:", socket),
+                                     grpc::InsecureChannelCredentials());
+  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
+                                        std::chrono::seconds(30)));
+  auto stub = v1::EntroKv::NewStub(channel);
+  LoadgenRun run;
+  std::vector<std::string> command =
+      Args(absl::StrCat("unix:", socket), /*fail_on_error=*/false);
+  command.push_back("--sync_timeout=1s");
+  command.push_back("--create_deadline=1s");
+  std::thread loadgen([&] { run = RunLoadgen(command); });
+  EXPECT_TRUE(WaitUntil(
+      [&]() -> int64_t {
+        absl::StatusOr<v1::ListSessionsResponse> list =
+            ListSessions(stub.get());
+        return list.ok() ? list->sessions_size() : 0;
+      },
+      kSessions))
+      << "the loadgen's sessions never started";
+  absl::SleepFor(kServedFor);
+  ASSERT_EQ(kill(pid, SIGSTOP), 0);
+  loadgen.join();  // RunLoadgen gives up (exit 124) after 90 s.
+  kill(pid, SIGCONT);
+  kill(pid, SIGKILL);
+  waitpid(pid, nullptr, 0);
+  unlink(socket.c_str());
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  ExpectFailuresReported(run, /*fail_on_error=*/false);
+  EXPECT_GT(JsonInt(run.output, "OK"), 0) << run.output;
+}
+
 // Nothing listens at the target: every session fails to start, every step
 // is counted as not sent, and the report still comes (JSON and text).
 TEST_P(LoadgenLosesServerTest, SurvivesADeadTarget) {
