@@ -391,6 +391,34 @@ class LoadgenLosesServerTest
     if (fail_on_error) args.push_back("--fail_on_error");
     return args;
   }
+
+  // A stub for the server listening on `socket`, once it accepts
+  // connections (null, with a failure, if it never does).
+  static std::unique_ptr<v1::EntroKv::Stub> ConnectWhenUp(
+      const std::string& socket) {
+    auto channel = grpc::CreateChannel(absl::StrCat("unix:", socket),
+                                       grpc::InsecureChannelCredentials());
+    if (!channel->WaitForConnected(std::chrono::system_clock::now() +
+                                   std::chrono::seconds(30))) {
+      ADD_FAILURE() << "the server never listened on " << socket;
+      return nullptr;
+    }
+    return v1::EntroKv::NewStub(channel);
+  }
+
+  // Waits until the loadgen's sessions are open, then lets them be served
+  // for `served_for`.
+  static void ExpectServedFor(v1::EntroKv::Stub* stub,
+                              absl::Duration served_for) {
+    EXPECT_TRUE(WaitUntil(
+        [&]() -> int64_t {
+          absl::StatusOr<v1::ListSessionsResponse> list = ListSessions(stub);
+          return list.ok() ? list->sessions_size() : 0;
+        },
+        kSessions))
+        << "the loadgen's sessions never started";
+    absl::SleepFor(served_for);
+  }
 };
 
 // SIGTERM's drain, in process: the streams are cut after 100 ms.
@@ -433,25 +461,14 @@ TEST_P(LoadgenLosesServerTest, SurvivesAKilledServer) {
     unlink(socket.c_str());
     const pid_t pid = SpawnServer(socket);
     ASSERT_GT(pid, 0);
-    auto channel = grpc::CreateChannel(absl::StrCat("unix:", socket),
-                                       grpc::InsecureChannelCredentials());
-    ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
-                                          std::chrono::seconds(30)));
-    auto stub = v1::EntroKv::NewStub(channel);
+    auto stub = ConnectWhenUp(socket);
+    ASSERT_NE(stub, nullptr);
     LoadgenRun run;
     std::thread loadgen(
         [&, command = Args(absl::StrCat("unix:", socket), fail_on_error)] {
           run = RunLoadgen(command);
         });
-    EXPECT_TRUE(WaitUntil(
-        [&]() -> int64_t {
-          absl::StatusOr<v1::ListSessionsResponse> list =
-              ListSessions(stub.get());
-          return list.ok() ? list->sessions_size() : 0;
-        },
-        kSessions))
-        << "the loadgen's sessions never started";
-    absl::SleepFor(kServedFor);
+    ExpectServedFor(stub.get(), kServedFor);
     ASSERT_EQ(kill(pid, SIGKILL), 0);
     waitpid(pid, nullptr, 0);
     loadgen.join();
@@ -469,26 +486,15 @@ TEST_P(LoadgenLosesServerTest, SurvivesAStoppedServer) {
   unlink(socket.c_str());
   const pid_t pid = SpawnServer(socket);
   ASSERT_GT(pid, 0);
-  auto channel = grpc::CreateChannel(absl::StrCat("unix:", socket),
-                                     grpc::InsecureChannelCredentials());
-  ASSERT_TRUE(channel->WaitForConnected(std::chrono::system_clock::now() +
-                                        std::chrono::seconds(30)));
-  auto stub = v1::EntroKv::NewStub(channel);
+  auto stub = ConnectWhenUp(socket);
+  ASSERT_NE(stub, nullptr);
   LoadgenRun run;
   std::vector<std::string> command =
       Args(absl::StrCat("unix:", socket), /*fail_on_error=*/false);
   command.push_back("--sync_timeout=1s");
   command.push_back("--create_deadline=1s");
   std::thread loadgen([&] { run = RunLoadgen(command); });
-  EXPECT_TRUE(WaitUntil(
-      [&]() -> int64_t {
-        absl::StatusOr<v1::ListSessionsResponse> list =
-            ListSessions(stub.get());
-        return list.ok() ? list->sessions_size() : 0;
-      },
-      kSessions))
-      << "the loadgen's sessions never started";
-  absl::SleepFor(kServedFor);
+  ExpectServedFor(stub.get(), kServedFor);
   ASSERT_EQ(kill(pid, SIGSTOP), 0);
   loadgen.join();  // RunLoadgen gives up (exit 124) after 90 s.
   kill(pid, SIGCONT);
