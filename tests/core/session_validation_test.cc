@@ -403,24 +403,43 @@ INSTANTIATE_TEST_SUITE_P(
                       PolicyCase{"window", AffinityUpdate::kLogitEma, 1}),
     CaseName);
 
-// The first step may carry any number; the next must follow it.
-TEST(StepNumberTest, FirstStepMayBeAnyNumberThenStrictlyConsecutive) {
-  for (uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{123456789}}) {
-    SessionConfig config = testing::TinyConfig(
-        Ranking::kWindow, BudgetControl::kFixed, /*budget=*/4);
+// A CPU session of a tiny window+fixed config (budget 4), and a step with
+// one query and nothing appended, for the step-number tests.
+class StepNumberTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
     auto backend = CreateBackend(BackendKind::kCpu);
     ASSERT_OK(backend);
-    auto session = (*backend)->CreateSession(config, {});
+    backend_ = *std::move(backend);
+    NewSession();
+  }
+  void NewSession() {
+    auto session = backend_->CreateSession(config_, {});
     ASSERT_OK(session);
-    StepBuilder step(config.shape);
+    session_ = *std::move(session);
+  }
+  absl::Status Step(uint64_t number) {
+    StepBuilder step(config_.shape);
     step.Query({1.0f, 0.0f});
     StepResult result;
-    ASSERT_OK((*session)->Step(step.Build(first), &result));
-    EXPECT_EQ((*session)->Stats().last_step, first);
-    EXPECT_STATUS_CODE((*session)->Step(step.Build(first + 2), &result),
-                       absl::StatusCode::kFailedPrecondition);
-    EXPECT_OK((*session)->Step(step.Build(first + 1), &result));
-    EXPECT_EQ((*session)->Stats().steps, 2);
+    return session_->Step(step.Build(number), &result);
+  }
+
+  const SessionConfig config_ =
+      testing::TinyConfig(Ranking::kWindow, BudgetControl::kFixed, 4);
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<SessionState> session_;
+};
+
+// The first step may carry any number; the next must follow it.
+TEST_F(StepNumberTest, FirstStepMayBeAnyNumberThenStrictlyConsecutive) {
+  for (uint64_t first : {uint64_t{0}, uint64_t{1}, uint64_t{123456789}}) {
+    NewSession();
+    ASSERT_OK(Step(first));
+    EXPECT_EQ(session_->Stats().last_step, first);
+    EXPECT_STATUS_CODE(Step(first + 2), absl::StatusCode::kFailedPrecondition);
+    EXPECT_OK(Step(first + 1));
+    EXPECT_EQ(session_->Stats().steps, 2);
   }
 }
 
@@ -428,31 +447,22 @@ TEST(StepNumberTest, FirstStepMayBeAnyNumberThenStrictlyConsecutive) {
 // could never step again) and, once a session has reached it (from 2^64-2),
 // refuses every later step with a message that says why, for every backend
 // user (server, eval, simulator) alike.
-TEST(StepNumberTest, TheLastNumberCannotStartASessionAndEndsOne) {
+TEST_F(StepNumberTest, TheLastNumberCannotStartASessionAndEndsOne) {
   constexpr uint64_t kMax = ~uint64_t{0};
-  SessionConfig config =
-      testing::TinyConfig(Ranking::kWindow, BudgetControl::kFixed, 4);
-  auto backend = CreateBackend(BackendKind::kCpu);
-  ASSERT_OK(backend);
-  auto session = (*backend)->CreateSession(config, {});
-  ASSERT_OK(session);
-  StepBuilder step(config.shape);
-  step.Query({1.0f, 0.0f});
-  StepResult result;
-  const absl::Status first = (*session)->Step(step.Build(kMax), &result);
+  const absl::Status first = Step(kMax);
   EXPECT_STATUS_CODE(first, absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(first.message()),
               ::testing::HasSubstr("cannot be a session's first step"));
-  EXPECT_EQ((*session)->Stats().steps, 0);
-  ASSERT_OK((*session)->Step(step.Build(kMax - 1), &result));
-  ASSERT_OK((*session)->Step(step.Build(kMax), &result));
+  EXPECT_EQ(session_->Stats().steps, 0);
+  ASSERT_OK(Step(kMax - 1));
+  ASSERT_OK(Step(kMax));
   for (uint64_t next : {uint64_t{0}, kMax}) {
-    const absl::Status after = (*session)->Step(step.Build(next), &result);
+    const absl::Status after = Step(next);
     EXPECT_STATUS_CODE(after, absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(std::string(after.message()),
                 ::testing::HasSubstr("step numbers are used up"));
   }
-  EXPECT_EQ((*session)->Stats().steps, 2);
+  EXPECT_EQ(session_->Stats().steps, 2);
 }
 
 }  // namespace
