@@ -109,27 +109,18 @@ def test_plaintext_client_gets_no_service_from_tls_server(mtls_server):
     c.close()
 
 
-def test_client_without_certificate_refused_under_mtls(certs, mtls_server):
+@pytest.mark.parametrize("roots, cert, key", [
+    ("ca.pem", None, None),                  # no client certificate
+    ("ca.pem", "stranger.pem", "stranger.key"),  # client cert of another CA
+    ("other-ca.pem", "client.pem", "client.key"),  # server of another CA
+], ids=["no_client_certificate", "client_of_another_ca",
+        "server_of_another_ca"])
+def test_mtls_refusals_give_an_offline_session(certs, mtls_server, roots,
+                                                cert, key):
     c = entrokv.Client(mtls_server.target, create_deadline=2.0,
-                       tls_root_certs_file=certs("ca.pem"))
-    assert _session(c).offline
-    c.close()
-
-
-def test_client_certificate_of_another_ca_refused(certs, mtls_server):
-    c = entrokv.Client(mtls_server.target, create_deadline=2.0,
-                       tls_root_certs_file=certs("ca.pem"),
-                       tls_cert_file=certs("stranger.pem"),
-                       tls_key_file=certs("stranger.key"))
-    assert _session(c).offline
-    c.close()
-
-
-def test_server_of_another_ca_refused(certs, mtls_server):
-    c = entrokv.Client(mtls_server.target, create_deadline=2.0,
-                       tls_root_certs_file=certs("other-ca.pem"),
-                       tls_cert_file=certs("client.pem"),
-                       tls_key_file=certs("client.key"))
+                       tls_root_certs_file=certs(roots),
+                       tls_cert_file=certs(cert) if cert else "",
+                       tls_key_file=certs(key) if key else "")
     assert _session(c).offline
     c.close()
 
