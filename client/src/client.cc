@@ -182,6 +182,7 @@ class ClientImpl final : public Client {
     shared_.watchdog = std::make_shared<client_internal::DeadlineWatchdog>();
     shared_.totals = std::make_shared<client_internal::CounterTotals>();
     shared_.health = std::make_shared<client_internal::HealthWatch>();
+    shared_.log = std::make_shared<client_internal::StateLog>(options.log);
     shared_.rpc_deadline = options.rpc_deadline;
   }
 

@@ -324,6 +324,7 @@ Session::Impl::Impl(client_internal::ClientShared shared,
       random_(RandomSeed(this)) {
   next_recovery_ = absl::Now() + Jittered(recovery_wait_);
   WatchHealth();
+  shared_.log->Offline(degraded_reason_, options_.live_keys != nullptr);
   const SessionCounters before = counters_;
   counters_.offline_sessions = 1;
   shared_.totals->AddDelta(before, counters_);
@@ -577,6 +578,7 @@ void Session::Impl::Degrade(absl::Status why) {
   if (degraded_) return;
   degraded_ = true;
   degraded_reason_ = std::move(why);
+  shared_.log->Degraded(degraded_reason_, options_.live_keys != nullptr);
   // The server's state no longer matches the engine's cache: end the stream;
   // the server keeps the session until its idle timeout, Close(), or a
   // recovery (which closes it).
@@ -814,6 +816,7 @@ absl::StatusOr<StepOutcome> Session::Impl::Finish(
   if (pending.resync) {
     ++counters_.recoveries;
     recovery_wait_ = options_.recovery_interval;
+    shared_.log->Recovered();
   }
   StepOutcome outcome;
   outcome.step = pending.step;

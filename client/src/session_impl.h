@@ -19,6 +19,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "counter_totals.h"
+#include "state_log.h"
 #include "decode_stream.h"
 #include "entrokv/client/live_set.h"
 #include "entrokv/client/session.h"
@@ -42,6 +43,7 @@ struct ClientShared {
   std::shared_ptr<DeadlineWatchdog> watchdog;
   std::shared_ptr<CounterTotals> totals;
   std::shared_ptr<HealthWatch> health;
+  std::shared_ptr<StateLog> log;
   absl::Duration rpc_deadline;
 };
 

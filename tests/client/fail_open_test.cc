@@ -14,6 +14,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -175,6 +176,33 @@ TEST(FailOpenTest, BlackholePortGivesAnOfflineSessionWithinTheDeadline) {
   EXPECT_LT(absl::Now() - start, bound);
   EXPECT_TRUE(batched->degraded());
   EXPECT_EQ(client->counters().offline_sessions, 3);
+}
+
+// An outage is written to ClientOptions::log, not only counted, and a
+// thousand sessions created offline write one line, not a thousand.
+TEST(FailOpenTest, OfflineCreationIsLoggedOncePerPeriodWithWhatItMeans) {
+  ClientOptions options;
+  options.target = absl::StrCat("unix:", ::testing::TempDir(),
+                                "/entrokv-no-such-socket");
+  absl::Mutex mu;
+  std::vector<std::string> lines;
+  options.log = [&](std::string_view line) {
+    absl::MutexLock lock(&mu);
+    lines.emplace_back(line);
+  };
+  ASSERT_OK_AND_ASSIGN(auto client, Client::Connect(options));
+  const SessionConfig config = SmallConfig("window", 4);
+  for (int i = 0; i < 3; ++i) {
+    ASSERT_OK_AND_ASSIGN(auto session, client->CreateSession(config));
+    EXPECT_TRUE(session->degraded());
+    EXPECT_TRUE(session->id().empty());
+  }
+  EXPECT_EQ(client->counters().offline_sessions, 3);
+  absl::MutexLock lock(&mu);
+  ASSERT_EQ(lines.size(), 1u);
+  EXPECT_THAT(lines[0], ::testing::HasSubstr("created offline"));
+  EXPECT_THAT(lines[0], ::testing::HasSubstr("UNAVAILABLE"));
+  EXPECT_THAT(lines[0], ::testing::HasSubstr("no live_keys"));
 }
 
 TEST(FailOpenTest, SilentCreateGivesAnOfflineSessionWithinTheDeadline) {

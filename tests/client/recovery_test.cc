@@ -13,6 +13,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -34,8 +35,10 @@ namespace {
 using ::entrokv::testing::MakeStory;
 using ::entrokv::testing::SmallConfig;
 using ::entrokv::testing::StoryStep;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::ElementsAreArray;
+using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 
 // A step as the scripted server received it.
@@ -205,6 +208,10 @@ class RecoveryTest : public ::testing::TestWithParam<StreamApi> {
     ASSERT_NE(server_, nullptr);
     ClientOptions options;
     options.target = absl::StrCat("127.0.0.1:", port);
+    options.log = [this](std::string_view line) {
+      absl::MutexLock lock(&log_mu_);
+      log_.emplace_back(line);
+    };
     ASSERT_OK_AND_ASSIGN(client_, Client::Connect(options));
   }
   void TearDown() override {
@@ -222,9 +229,17 @@ class RecoveryTest : public ::testing::TestWithParam<StreamApi> {
     return options;
   }
 
+  // What the client wrote to ClientOptions::log.
+  std::vector<std::string> Log() {
+    absl::MutexLock lock(&log_mu_);
+    return log_;
+  }
+
   ScriptedService service_;
   std::unique_ptr<grpc::Server> server_;
   std::unique_ptr<Client> client_;
+  absl::Mutex log_mu_;
+  std::vector<std::string> log_ ABSL_GUARDED_BY(log_mu_);
 };
 
 TEST_P(RecoveryTest, ResendsTheLiveEntriesInAppendOrderWithTheStep) {
@@ -268,6 +283,11 @@ TEST_P(RecoveryTest, ResendsTheLiveEntriesInAppendOrderWithTheStep) {
   EXPECT_EQ(counters.recovery_attempts, 1);
   EXPECT_EQ(counters.recoveries, 1);
   EXPECT_EQ(client_->counters().recoveries, 1);
+  // Both changes were written to the client's log, once each.
+  EXPECT_THAT(Log(), ElementsAre(AllOf(HasSubstr("lost the sidecar"),
+                                       HasSubstr("DEADLINE_EXCEEDED"),
+                                       HasSubstr("until it recovers")),
+                                 HasSubstr("decided by the sidecar again")));
   // The old server session, whose state no longer matched, is closed.
   EXPECT_TRUE(service_.WaitClosed("s1"));
 
@@ -482,6 +502,10 @@ TEST_P(RecoveryTest, WithoutACallbackADegradedSessionStaysLocal) {
   EXPECT_TRUE(session->degraded());
   EXPECT_EQ(session->counters().recovery_attempts, 0);
   EXPECT_EQ(service_.creates(), 1);
+  // The log says it will not come back.
+  EXPECT_THAT(Log(), ElementsAre(AllOf(HasSubstr("lost the sidecar"),
+                                       HasSubstr("for the rest of its life"),
+                                       HasSubstr("no live_keys"))));
 }
 
 // A DecodeBatch's sessions recover too, each through the batch, and a late

@@ -4,6 +4,7 @@ the real entrokv-server stopped with SIGSTOP."""
 
 from __future__ import annotations
 
+import logging
 import os
 import tempfile
 import time
@@ -111,7 +112,8 @@ def test_recovers_after_silence_resending_live_entries(fake):
     c.close()
 
 
-def test_no_live_keys_stays_local(fake):
+def test_no_live_keys_stays_local(fake, caplog):
+    caplog.set_level(logging.INFO, logger="entrokv")
     c = entrokv.Client(fake.target, step_deadline=0.2, create_deadline=1.0)
     s = c.create_session("window", budget=100, shape=F32, recovery_interval=0.01)
     s.step([1], key(1), query())
@@ -123,6 +125,12 @@ def test_no_live_keys_stays_local(fake):
         assert s.step([slot], key(slot), query()).fallback
     assert s.counters().recovery_attempts == 0
     assert fake.service.created == ["s1"]
+    # The log says so, once.
+    messages = [r.getMessage() for r in caplog.records if r.name == "entrokv"]
+    assert len(messages) == 1, messages
+    assert "lost the sidecar" in messages[0]
+    assert "for the rest of its life (no live_keys callback)" in messages[0]
+    assert caplog.records[0].levelno == logging.WARNING
     c.close()
 
 
@@ -150,7 +158,20 @@ def test_failing_live_keys_aborts_the_attempt(fake):
     c.close()
 
 
-def test_offline_session_recovers_when_the_server_comes(tmp_path):
+def test_offline_sessions_are_logged_once_per_period(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="entrokv")
+    c = entrokv.Client("unix:" + str(tmp_path / "none.sock"), create_deadline=0.3)
+    sessions = [c.create_session("window", budget=3, shape=F32) for _ in range(3)]
+    assert all(s.offline for s in sessions)
+    messages = [r.getMessage() for r in caplog.records if r.name == "entrokv"]
+    assert len(messages) == 1, messages
+    assert "created offline" in messages[0] and "UNAVAILABLE" in messages[0]
+    assert "no live_keys" in messages[0]
+    c.close()
+
+
+def test_offline_session_recovers_when_the_server_comes(tmp_path, caplog):
+    caplog.set_level(logging.INFO, logger="entrokv")
     path = str(tmp_path / "late.sock")
     engine = Engine()
     c = entrokv.Client("unix:" + path, step_deadline=0.2, create_deadline=0.3)
@@ -181,6 +202,10 @@ def test_offline_session_recovers_when_the_server_comes(tmp_path):
         assert engine.calls == [[0, 1, 2, 3]]
         assert s.counters().recoveries == 1 and s.counters().offline_sessions == 1
         assert fake.service.closed == []  # No old server session to close.
+        messages = [r.getMessage() for r in caplog.records if r.name == "entrokv"]
+        assert len(messages) == 2, messages
+        assert "created offline" in messages[0] and "until it recovers" in messages[0]
+        assert "decided by the sidecar again" in messages[1]
     finally:
         c.close()
         fake.stop()

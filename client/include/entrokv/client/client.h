@@ -17,6 +17,7 @@
 #define ENTROKV_CLIENT_CLIENT_H_
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -33,6 +34,10 @@
 #include "entrokv/core/session.h"
 
 namespace entrokv {
+
+// Writes `line` and a newline to standard error: ClientOptions::log's
+// default.
+void LogToStderr(std::string_view line);
 
 // The sidecar's default address: its unix socket.
 inline constexpr char kDefaultTarget[] = "unix:/run/entrokv/entrokv.sock";
@@ -81,6 +86,12 @@ struct ClientOptions {
   absl::Duration reconnect_initial_backoff = absl::Milliseconds(100);
   absl::Duration reconnect_max_backoff = absl::Milliseconds(250);
   absl::Duration connect_timeout = absl::Seconds(1);
+  // Where the library writes one line when a session loses the sidecar
+  // (degrades), is created offline, or is decided by the sidecar again;
+  // each of the three at most once per 10 s per Client, the next one saying
+  // how many were held back, so that an outage is seen without flooding the
+  // engine's log. Null: nothing is written (the counters count either way).
+  std::function<void(std::string_view)> log = LogToStderr;
 };
 
 // A session as the server describes it.
