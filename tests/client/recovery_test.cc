@@ -27,6 +27,7 @@
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "testing/engine_cache.h"
 #include "testing/status_matchers.h"
 
 namespace entrokv {
@@ -176,15 +177,7 @@ class Engine {
   SessionOptions::LiveKeysCallback Callback() {
     return [this](absl::Span<const uint64_t> slots, std::vector<float>* keys) {
       ++calls_;
-      keys->clear();
-      for (uint64_t slot : slots) {
-        auto it = keys_.find(slot);
-        if (it == keys_.end()) {
-          return absl::NotFoundError(absl::StrCat("slot ", slot));
-        }
-        keys->insert(keys->end(), it->second.begin(), it->second.end());
-      }
-      return absl::OkStatus();
+      return testing::GatherKeys(keys_, slots, keys);
     };
   }
   const std::vector<float>& KeyOf(uint64_t slot) { return keys_[slot]; }
@@ -192,7 +185,7 @@ class Engine {
 
  private:
   const std::vector<StoryStep>& story_;
-  std::map<uint64_t, std::vector<float>> keys_;
+  testing::EngineCache keys_;
   int calls_ = 0;
 };
 

@@ -29,6 +29,7 @@
 #include "entrokv/client/session.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
+#include "testing/engine_cache.h"
 #include "testing/status_matchers.h"
 
 namespace entrokv {
@@ -267,15 +268,7 @@ class Sequence {
     if (callback) {
       options_.live_keys = [this](absl::Span<const uint64_t> slots,
                                   std::vector<float>* keys) {
-        keys->clear();
-        for (uint64_t slot : slots) {
-          auto it = keys_.find(slot);
-          if (it == keys_.end()) {
-            return absl::NotFoundError(absl::StrCat("slot ", slot));
-          }
-          keys->insert(keys->end(), it->second.begin(), it->second.end());
-        }
-        return absl::OkStatus();
+        return testing::GatherKeys(keys_, slots, keys);
       };
     }
   }
@@ -350,7 +343,7 @@ class Sequence {
   SessionOptions options_;
   std::vector<StoryStep> story_;
   std::unique_ptr<Session> session_;
-  std::map<uint64_t, std::vector<float>> keys_;  // The engine's KV cache.
+  testing::EngineCache keys_;  // The engine's KV cache.
   size_t next_ = 0;
   uint64_t settled_ = 0;
 };

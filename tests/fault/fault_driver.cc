@@ -55,6 +55,7 @@
 #include "entrokv/client/client.h"
 #include "entrokv/client/session.h"
 #include "entrokv/core/config.h"
+#include "testing/engine_cache.h"
 
 namespace entrokv {
 namespace {
@@ -135,15 +136,7 @@ class Sequence {
     queries_.assign(s.layers * s.q_heads * s.head_dim, 0.25f);
     options_.live_keys = [this](absl::Span<const uint64_t> slots,
                                 std::vector<float>* keys) {
-      keys->clear();
-      for (uint64_t slot : slots) {
-        auto it = keys_.find(slot);
-        if (it == keys_.end()) {
-          return absl::NotFoundError(absl::StrCat("slot ", slot));
-        }
-        keys->insert(keys->end(), it->second.begin(), it->second.end());
-      }
-      return absl::OkStatus();
+      return testing::GatherKeys(keys_, slots, keys);
     };
   }
 
@@ -197,7 +190,7 @@ class Sequence {
   SessionOptions options_;
   int64_t key_elements_ = 0;
   std::vector<float> queries_;
-  std::map<uint64_t, std::vector<float>> keys_;
+  testing::EngineCache keys_;
   uint64_t next_slot_ = 0;
   uint64_t slot_ = 0;
   std::optional<bool> server_;

@@ -8,9 +8,8 @@ time.monotonic() (CLOCK_MONOTONIC).
                   [--sessions=4] [--step_every_ms=10] [--probe_every_ms=100]
                   [--duration_s=60]
 
-The package is imported from the source tree (stubs generated into a
-temporary copy, as tests/python/conftest.py does), or as installed with
-ENTROKV_PYTHON_INSTALLED=1.
+The package is imported from the source tree, or as installed with
+ENTROKV_PYTHON_INSTALLED=1 (tests/python/source_package.py).
 """
 
 from __future__ import annotations
@@ -18,26 +17,16 @@ from __future__ import annotations
 import json
 import os
 import select
-import shutil
 import sys
-import tempfile
 import time
 
 REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
 
 
 def _import_entrokv():
-    if os.environ.get("ENTROKV_PYTHON_INSTALLED") != "1":
-        pkg = os.path.join(REPO, "client", "python")
-        root = tempfile.mkdtemp(prefix="entrokv-fault-")
-        shutil.copytree(os.path.join(pkg, "src", "entrokv"),
-                        os.path.join(root, "entrokv"),
-                        ignore=shutil.ignore_patterns("v1", "__pycache__"))
-        sys.path.insert(0, pkg)
-        import gen_stubs  # noqa: E402
-        sys.path.remove(pkg)
-        gen_stubs.generate(root, os.path.join(REPO, "proto"))
-        sys.path.insert(0, root)
+    sys.path.insert(0, os.path.join(REPO, "tests", "python"))
+    import source_package  # noqa: E402
+    source_package.prepare()
     import entrokv  # noqa: E402
     return entrokv
 

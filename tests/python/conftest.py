@@ -19,25 +19,10 @@ import time
 
 import pytest
 
-REPO = os.path.normpath(os.path.join(os.path.dirname(__file__), "..", ".."))
-PKG_DIR = os.path.join(REPO, "client", "python")
+import source_package
+from source_package import PKG_DIR, REPO
 
-
-def _prepare_package() -> None:
-    if os.environ.get("ENTROKV_PYTHON_INSTALLED") == "1":
-        return
-    root = tempfile.mkdtemp(prefix="entrokv-py-")
-    shutil.copytree(os.path.join(PKG_DIR, "src", "entrokv"),
-                    os.path.join(root, "entrokv"),
-                    ignore=shutil.ignore_patterns("v1", "__pycache__"))
-    sys.path.insert(0, PKG_DIR)
-    import gen_stubs  # noqa: E402
-    sys.path.remove(PKG_DIR)
-    gen_stubs.generate(root, os.path.join(REPO, "proto"))
-    sys.path.insert(0, root)
-
-
-_prepare_package()
+source_package.prepare()
 
 
 # What the core library links against (for the C++ reference programs).
