@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <limits>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -99,6 +100,23 @@ class CadenceLayer final : public SessionState {
   DecodedStep decoded_;
 };
 
+namespace {
+
+// "every step", "every 2nd step", "every 3rd", "every 11th", "every 21st".
+std::string EveryKth(int64_t k) {
+  if (k == 1) return "every accepted step";
+  const int64_t tens = k % 100;
+  const int64_t ones = k % 10;
+  const char* suffix = (tens >= 11 && tens <= 13) ? "th"
+                       : ones == 1                ? "st"
+                       : ones == 2                ? "nd"
+                       : ones == 3                ? "rd"
+                                                  : "th";
+  return absl::StrCat("every ", k, suffix, " accepted step");
+}
+
+}  // namespace
+
 absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
                                 StepTrace* trace) {
   const int64_t n = static_cast<int64_t>(input.append.slot_ids.size());
@@ -111,8 +129,7 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
       (!last_step_.has_value() || input.step == *last_step_ + 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queries: required, step ", input.step, " is a decision step (",
-        scheduled ? absl::StrCat("every ", config_.decide_every,
-                                 "th accepted step decides")
+        scheduled ? absl::StrCat(EveryKth(config_.decide_every), " decides")
                   : absl::StrCat(live, " live + ", n,
                                  " appended entries pass hard_ceiling ",
                                  config_.hard_ceiling),

@@ -4,8 +4,10 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core_test_util.h"
 #include "entrokv/core/backend.h"
 #include "gmock/gmock.h"
@@ -99,6 +101,34 @@ TEST_F(CadenceTest, DecisionStepWithoutQueriesIsRejectedAndChangesNothing) {
   b.Append(2, {1.0f, 0.0f}).Query({0.0f, 0.0f}).Entropy(1.0);
   ASSERT_TRUE(session_->Step(b.Build(2), &r).ok());
   EXPECT_EQ(r.live, 2);
+}
+
+// The message of a decision step without queries names the field and the
+// cadence, with the ordinal written as English writes it.
+TEST_F(CadenceTest, AMissingQueryOnADecisionStepSaysWhichStepsDecide) {
+  const struct {
+    int32_t every;
+    const char* says;
+  } cases[] = {{2, "every 2nd accepted step"},   {3, "every 3rd accepted step"},
+               {4, "every 4th accepted step"},   {11, "every 11th accepted step"},
+               {12, "every 12th accepted step"}, {13, "every 13th accepted step"},
+               {21, "every 21st accepted step"}, {22, "every 22nd accepted step"},
+               {23, "every 23rd accepted step"}, {101, "every 101st accepted step"},
+               {111, "every 111th accepted step"}};
+  for (const auto& c : cases) {
+    Open(WindowCadence(/*budget=*/1000, c.every, /*ceiling=*/0));
+    StepResult r;
+    for (int32_t i = 0; i + 1 < c.every; ++i) {
+      ASSERT_TRUE(Step(i, {static_cast<uint64_t>(i)}, false, &r).ok());
+    }
+    const absl::Status status = Step(c.every - 1, {999999}, false, &r);
+    EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+    const std::string message(status.message());
+    EXPECT_THAT(message, ::testing::StartsWith("queries: "));
+    EXPECT_THAT(message,
+                ::testing::HasSubstr(absl::StrCat(c.says, " decides")))
+        << c.every;
+  }
 }
 
 TEST_F(CadenceTest, HardCeilingForcesADecision) {
