@@ -112,6 +112,13 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
       break;
   }
   config.placement = backend == cpu_ ? Placement::kCpu : Placement::kGpu;
+  // The effective config says what is in force: unset, the sent layers are
+  // the model's first shape.layers (the proto's scored_layers comment).
+  if (config.scored_layers.empty()) {
+    for (int32_t l = 0; l < config.shape.layers; ++l) {
+      config.scored_layers.push_back(l);
+    }
+  }
 
   {
     absl::MutexLock lock(&mu_);

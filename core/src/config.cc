@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <string>
+#include <string_view>
+#include <utility>
 
 #include "absl/status/status.h"
 #include "absl/strings/numbers.h"
@@ -126,11 +128,17 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
     return Bad("h2o.recent_fraction",
                absl::StrCat(c.h2o.recent_fraction, " is outside [0, 1]"));
   }
-  if (c.streaming_sinks < 0) {
-    return Bad("streaming_sinks", "is negative");
+  // Counts of entries: at most the largest budget, so that rounding them up
+  // to whole blocks cannot overflow.
+  for (const auto& [field, v] :
+       {std::pair<std::string_view, int64_t>{"streaming_sinks",
+                                             c.streaming_sinks},
+        {"protection.sinks", c.protection.sinks},
+        {"protection.recent", c.protection.recent}}) {
+    if (v < 0 || v > kMaxBudget) {
+      return Bad(field, absl::StrCat(v, " is outside [0, 2^40]"));
+    }
   }
-  if (c.protection.sinks < 0) return Bad("protection.sinks", "is negative");
-  if (c.protection.recent < 0) return Bad("protection.recent", "is negative");
   if (c.block_size < 1 || c.block_size > 65536) {
     return Bad("block_size",
                absl::StrCat(c.block_size, " is outside [1, 65536]"));

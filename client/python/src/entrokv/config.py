@@ -231,12 +231,11 @@ def validate_config(c: SessionConfig) -> None:
     if not 0.0 <= c.h2o_recent_fraction <= 1.0:
         raise bad("h2o.recent_fraction",
                   f"{_g(c.h2o_recent_fraction)} is outside [0, 1]")
-    if c.streaming_sinks < 0:
-        raise bad("streaming_sinks", "is negative")
-    if c.protection.sinks < 0:
-        raise bad("protection.sinks", "is negative")
-    if c.protection.recent < 0:
-        raise bad("protection.recent", "is negative")
+    for name, v in (("streaming_sinks", c.streaming_sinks),
+                    ("protection.sinks", c.protection.sinks),
+                    ("protection.recent", c.protection.recent)):
+        if v < 0 or v > _MAX_BUDGET:
+            raise bad(name, f"{v} is outside [0, 2^40]")
     if c.block_size < 1 or c.block_size > 65536:
         raise bad("block_size", f"{c.block_size} is outside [1, 65536]")
     if c.block_reduce not in BLOCK_REDUCES:
