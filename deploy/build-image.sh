@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Builds the entrokv container image from deploy/Dockerfile with podman or
+# Builds the entrokv container image from Dockerfile with podman or
 # docker, whichever works here (installs podman with apt when neither does and
 # we are root).
 #
@@ -106,7 +106,7 @@ if [[ -z ${BUILD_BASE:-} || -z ${RUNTIME_BASE:-} ]]; then
   fi
 fi
 
-args=(build -f deploy/Dockerfile -t "$tag"
+args=(build -f Dockerfile -t "$tag"
   --build-arg "BUILD_BASE=$BUILD_BASE" --build-arg "RUNTIME_BASE=$RUNTIME_BASE"
   --build-arg "RUN_TESTS=$run_tests" --build-arg "CUDA=$cuda"
   --build-arg "CUDA_APT=$cuda_apt")

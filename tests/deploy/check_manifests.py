@@ -175,7 +175,7 @@ class Checker:
 
     def check_build_tags(self, version):
         script = os.path.join(self.root, "deploy", "build-image.sh")
-        dockerfile = os.path.join(self.root, "deploy", "Dockerfile")
+        dockerfile = os.path.join(self.root, "Dockerfile")
         text = read_text(script)
         if text is None:
             self.fail("deploy/build-image.sh", "missing")
@@ -185,13 +185,13 @@ class Checker:
                 self.fail("deploy/build-image.sh", f"does not tag {name}:$version")
         text = read_text(dockerfile)
         if text is None:
-            self.fail("deploy/Dockerfile", "missing")
+            self.fail("Dockerfile", "missing")
             return
         label = re.search(r'org\.opencontainers\.image\.version="([^"]+)"', text)
         if not label or label.group(1) != version:
-            self.fail("deploy/Dockerfile", f"image version label is not {version}")
+            self.fail("Dockerfile", f"image version label is not {version}")
         if "ARG CUDA" not in text:
-            self.fail("deploy/Dockerfile", "no CUDA build argument")
+            self.fail("Dockerfile", "no CUDA build argument")
 
     def check_links(self):
         deploy = os.path.join(self.root, "deploy")

@@ -30,6 +30,7 @@ class CheckManifestsTest(unittest.TestCase):
         shutil.copytree(os.path.join(ROOT, "deploy"), os.path.join(self.tmp, "deploy"),
                         ignore=shutil.ignore_patterns(".rootfs"))
         shutil.copy(os.path.join(ROOT, "CMakeLists.txt"), self.tmp)
+        shutil.copy(os.path.join(ROOT, "Dockerfile"), self.tmp)
 
     def tearDown(self):
         shutil.rmtree(self.tmp)

@@ -1,14 +1,14 @@
 # syntax=docker/dockerfile:1
 # entrokv-server container: build on Debian 12 with Debian's own gRPC,
-# protobuf, Abseil, spdlog and civetweb packages (the versions TOOLCHAIN.md was
-# checked with), then run the server as uid/gid 10001 in a runtime image that
+# protobuf, Abseil, spdlog and civetweb packages (those of
+# scripts/install-deps.sh), then run the server as uid/gid 10001 in a runtime image that
 # holds only entrokv-server, entrokv-loadgen and the Debian packages of the
 # shared libraries those two binaries load.
 #
 # Build from the repository root (deploy/build-image.sh does this, and makes
 # the Debian base locally when no registry is reachable):
-#   docker build -f deploy/Dockerfile -t entrokv:0.1.0 .
-#   docker build -f deploy/Dockerfile --build-arg CUDA=1 \
+#   docker build -t entrokv:0.1.0 .
+#   docker build --build-arg CUDA=1 \
 #     --build-arg BUILD_BASE=<Debian 12 image with the CUDA toolkit in /usr/local/cuda> \
 #     -t entrokv-cuda:0.1.0 .
 #
@@ -121,7 +121,7 @@ COPY --from=build /stage/usr/local/bin/ /usr/local/bin/
 ENV NVIDIA_DRIVER_CAPABILITIES=compute,utility
 LABEL org.opencontainers.image.title="entrokv" \
       org.opencontainers.image.version="0.1.0" \
-      org.opencontainers.image.source="deploy/Dockerfile"
+      org.opencontainers.image.source="Dockerfile"
 USER 10001:10001
 # The API is on the unix socket only. 8081 serves only grpc.health.v1
 # (plaintext, for the kubelet's probes); 9464 serves GET /metrics.
