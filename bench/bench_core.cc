@@ -1,5 +1,5 @@
 // entrokv-bench-core: the cost of one session step on the CPU backend, as a
-// fraction of the machine's memory bandwidth (DESIGN.md "Performance model"),
+// fraction of the machine's memory bandwidth (docs/design.md "Performance model"),
 // and the cost, wire bytes and server memory of the sketch, cadence and
 // block-summary settings at the Llama-3-8B shape (issue #8 item 6).
 //

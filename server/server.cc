@@ -371,7 +371,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   grpc::ServerBuilder builder;
   builder.SetOption(
       std::make_unique<ReflectionOption>(options.enable_reflection));
-  // Two servers on one port must not both start silently (see TOOLCHAIN.md).
+  // Two servers on one port must not both start silently: gRPC sets
+  // SO_REUSEPORT by default, and a second server would then share the port.
   builder.AddChannelArgument(GRPC_ARG_ALLOW_REUSEPORT, 0);
   // Notice dead clients, so that their sessions become attachable again.
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);

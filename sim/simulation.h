@@ -1,6 +1,6 @@
 // The simulator of the original experiment: a synthetic reasoning stream run
 // through a policy, with the memory-error audit and the equal-memory policy
-// comparison (DESIGN.md "Quality metrics"; docs/simulator.md).
+// comparison (docs/design.md "Quality metrics"; docs/simulator.md).
 // Pure functions over core; thread-compatible.
 
 #ifndef ENTROKV_SIM_SIMULATION_H_

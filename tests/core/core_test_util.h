@@ -221,7 +221,7 @@ class TinySession {
 
 inline double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
 
-// The naive reference of DESIGN.md "One step" scores, in double: for live
+// The naive reference of docs/design.md "One step" scores, in double: for live
 // entries with decoded keys `keys` (n × key_elements) and decoded `query`,
 // s_i and a_i.
 struct ReferenceScores {

@@ -1,4 +1,4 @@
-// Every bad step of DESIGN.md "Failure semantics" that reaches core
+// Every bad step of docs/design.md "Failure semantics" that reaches core
 // (docs/step-semantics.md section 1): the right code, a message naming the
 // field, and no trace of the step afterwards.
 //

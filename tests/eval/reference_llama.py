@@ -2,7 +2,7 @@
 """Independent reference for the tinyllama example engine (tests only).
 
 A second implementation of stories260K and its tokenizer, written from the
-llama2.c checkpoint description (shared/data/tinystories/PROVENANCE.md) in plain
+llama2.c checkpoint description (docs/results-tinystories.md, "Data") in plain
 numpy, float64 throughout. It shares no code with the C++ engine and differs
 from it on purpose where it can: the whole sequence runs at once with a causal
 mask, RoPE angles are computed here (the checkpoint's freq_cis tables are

@@ -1,4 +1,4 @@
-// Every bad input of DESIGN.md's failure semantics gets its precise code and a
+// Every bad input of docs/design.md's failure semantics gets its precise code and a
 // message naming the field, and leaves the session exactly as it was: after
 // each rejected step, the next good step is answered as an in-process core
 // session that never saw the bad one answers it.

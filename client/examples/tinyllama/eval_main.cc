@@ -13,7 +13,7 @@
 // engine evaluating the stories teacher-forced and entrokv deciding evictions
 // at every decode step (in process, or over gRPC through the client library).
 // Each policy's perplexity is compared with window+fixed at the same target by
-// a paired bootstrap over test stories (DESIGN.md "Fair comparison": equal
+// a paired bootstrap over test stories (docs/design.md "Fair comparison": equal
 // MEAN live entries). Writes <out>/tinystories_report.md,
 // tinystories_protocol.csv, tinystories_runs.csv, tinystories_results.json
 // and, with gnuplot, tinystories_ppl_vs_live.png.

@@ -4,8 +4,8 @@
 // (dim, hidden_dim, n_layers, n_heads, n_kv_heads, vocab_size, seq_len; a
 // positive vocab_size means the classifier shares the token embedding), then
 // float32 tensors: token_embedding, rms_att, wq, wk, wv, wo, rms_ffn, w1, w2,
-// w3, rms_final, freq_cis_real, freq_cis_imag (see shared/data/tinystories/
-// PROVENANCE.md). Load() accepts exactly that layout and answers
+// w3, rms_final, freq_cis_real, freq_cis_imag (docs/results-tinystories.md,
+// "Data", gives the shapes). Load() accepts exactly that layout and answers
 // InvalidArgument, naming what is wrong, for any other file.
 //
 // Forward() runs one token at one absolute position: RMSNorm (eps 1e-5), RoPE

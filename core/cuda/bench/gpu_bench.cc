@@ -1,5 +1,5 @@
 // entrokv-bench-gpu: the CUDA backend's step against the device's own copy
-// bandwidth, measured in the same run (DESIGN.md "Performance model").
+// bandwidth, measured in the same run (docs/design.md "Performance model").
 //
 // Cases: one step at 32k and 128k live entries x 4 and 32 layers x 8 kv heads
 // x 32 q heads x head_dim 128, f16, for a ranking that needs the attention

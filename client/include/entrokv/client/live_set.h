@@ -4,7 +4,7 @@
 // Every entry the engine appends gets the next append index (0, 1, 2, ...),
 // exactly as the server numbers them. The server's evictions are removed with
 // Remove(); when the server cannot answer in time, StreamingEvictions() decides
-// locally in the spirit of DESIGN.md's `streaming` ranking: it keeps the first
+// locally in the spirit of docs/design.md's `streaming` ranking: it keeps the first
 // `sinks` entries ever appended, every pinned entry and the `recent` newest,
 // and evicts the oldest of the rest until at most `budget` entries live. With
 // `block_size` N > 1 only whole, full blocks of N append indices are evicted

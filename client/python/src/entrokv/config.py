@@ -29,7 +29,7 @@ _MAX_BUDGET = 1 << 40
 
 @dataclass
 class Shape:
-    """What the engine sends per step (DESIGN.md "Session model").
+    """What the engine sends per step (docs/design.md "Session model").
 
     Keys are [entry][layer][kv_head][head_dim], queries [layer][q_head][head_dim]
     as the engine hands them over; with sketch_dim = r > 0 the library projects

@@ -1,7 +1,7 @@
 // Session configuration: what the engine sends, how many entries may live, and
 // the policy that picks evictions.
 //
-// A policy is two orthogonal parts (DESIGN.md "Policies"): a Ranking (which
+// A policy is two orthogonal parts (docs/design.md "Policies"): a Ranking (which
 // entries matter least) and a BudgetControl (how many may live at this step).
 // Protection (sinks, recent, pinned) applies to every ranking. Every field has
 // a usable default; ValidateSessionConfig() names the first bad field. Plain
@@ -78,7 +78,7 @@ enum class BudgetControl : uint8_t { kFixed, kEntropy };
 inline constexpr BudgetControl kAllBudgetControls[] = {BudgetControl::kFixed,
                                                        BudgetControl::kEntropy};
 
-// The affinity update rule (DESIGN.md "Affinity").
+// The affinity update rule (docs/design.md "Affinity").
 enum class AffinityUpdate : uint8_t {
   kSeed,      // Ω ← σ(Ω + β·H·s): the rule as first proposed.
   kLogitEma,  // a ← λ·a + β·H·s, Ω = σ(a): accumulates evidence.

@@ -1,4 +1,4 @@
-// Quality metrics of a kept set against the full cache (DESIGN.md "Quality
+// Quality metrics of a kept set against the full cache (docs/design.md "Quality
 // metrics"), computed in double precision from float keys, values and queries.
 // Pure functions, thread-safe.
 

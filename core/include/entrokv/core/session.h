@@ -5,7 +5,7 @@
 // entropy statistics. Each Step() appends the entries the engine added since
 // the previous step, scores every live entry against the step's queries,
 // updates the policy state, and evicts the lowest-ranked unprotected entries
-// until the live count fits the step's budget (DESIGN.md "One step").
+// until the live count fits the step's budget (docs/design.md "One step").
 //
 // Step() validates its whole input before touching any state: a rejected step
 // leaves the session exactly as it was (a later step sees no trace of it).

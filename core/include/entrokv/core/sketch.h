@@ -1,6 +1,6 @@
 // Key and query sketches: what an engine's side does to its vectors before
 // they travel, so that the wire and the server carry `r` numbers per key and
-// kv head instead of head_dim (DESIGN.md "Performance model",
+// kv head instead of head_dim (docs/design.md "Performance model",
 // docs/cost-model.md).
 //
 // With Shape::sketch_dim = r > 0 (`project:r`), every sent layer l and kv head
