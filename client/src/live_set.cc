@@ -5,6 +5,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "entrokv/core/rule.h"
 
 namespace entrokv {
 
@@ -78,9 +79,11 @@ std::vector<uint64_t> LiveSet::StreamingEvictions(
   const int64_t budget = std::max<int64_t>(rule.budget, 1);
   int64_t need = size() - budget;
   if (need <= 0) return evicted;
-  const int64_t recent_from = next_index_ - std::max<int64_t>(rule.recent, 0);
+  // Core's protection rule (sections 7 and 8 of docs/step-semantics.md).
   auto is_protected = [&](int64_t index, const Entry& entry) {
-    return entry.pinned || index < rule.sinks || index >= recent_from;
+    return ::entrokv::rule::IsProtected(rule.sinks,
+                                        std::max<int64_t>(rule.recent, 0),
+                                        index, next_index_, entry.pinned);
   };
   if (rule.block_size <= 1) {
     // Oldest unprotected first: the map iterates in append order.

@@ -46,21 +46,6 @@
 namespace entrokv::internal {
 namespace {
 
-static_assert(static_cast<int>(Ranking::kWindow) ==
-                  static_cast<int>(cuda::KernelRanking::kWindow) &&
-              static_cast<int>(Ranking::kStreaming) ==
-                  static_cast<int>(cuda::KernelRanking::kStreaming) &&
-              static_cast<int>(Ranking::kH2o) ==
-                  static_cast<int>(cuda::KernelRanking::kH2o) &&
-              static_cast<int>(Ranking::kTova) ==
-                  static_cast<int>(cuda::KernelRanking::kTova) &&
-              static_cast<int>(Ranking::kKeyNorm) ==
-                  static_cast<int>(cuda::KernelRanking::kKeyNorm) &&
-              static_cast<int>(Ranking::kRandom) ==
-                  static_cast<int>(cuda::KernelRanking::kRandom) &&
-              static_cast<int>(Ranking::kAffinity) ==
-                  static_cast<int>(cuda::KernelRanking::kAffinity));
-
 // Appends up to this many key bytes go through the session's pinned staging
 // buffer (a truly asynchronous copy); larger prefill chunks are copied from
 // the caller's memory directly.
@@ -658,7 +643,7 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
            .need_mean = need_mean,
            .need_attention = need_attention,
            .inv_rows = inv_rows,
-           .ranking = static_cast<cuda::KernelRanking>(ranking),
+           .ranking = ranking,
            .seed_rule = config_.affinity.update == AffinityUpdate::kSeed,
            .beta_h = config_.affinity.beta * h,
            .lambda = config_.affinity.lambda,

@@ -316,25 +316,6 @@ __global__ void __launch_bounds__(kThreads)
 
 // ---- Keep scores ---------------------------------------------------------
 
-__device__ __forceinline__ uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-__device__ __forceinline__ double RandomKeepScore(uint64_t seed, int64_t index,
-                                                  uint64_t step) {
-  const uint64_t x =
-      seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1) +
-      0xD1B54A32D192ED03ull * step;
-  return static_cast<double>(SplitMix64(x) >> 11) * 0x1.0p-53;
-}
-
-__device__ __forceinline__ double Sigmoid(double x) {
-  return 1.0 / (1.0 + exp(-x));
-}
-
 // Unsigned bits whose order is the numeric order of `s` (-0 == +0; NaN
 // canonical, above +inf).
 __device__ __forceinline__ uint64_t OrderedBits(double s) {
@@ -349,7 +330,6 @@ __device__ __forceinline__ bool IsExcluded(const SortKey& k) {
 }
 
 __global__ void __launch_bounds__(kThreads) FinishKernel(FinishArgs a) {
-  constexpr double kInf = INFINITY;
   for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < a.live;
        p += int64_t{gridDim.x} * blockDim.x) {
     double mean = 0.0;
@@ -365,45 +345,37 @@ __global__ void __launch_bounds__(kThreads) FinishKernel(FinishArgs a) {
       mean *= a.inv_rows;
     }
     const int64_t index = a.state.index[p];
-    double keep = 0.0;
-    switch (a.ranking) {
-      case KernelRanking::kWindow:
-        keep = static_cast<double>(index);
-        break;
-      case KernelRanking::kStreaming:
-        keep = index < a.streaming_sinks ? kInf : static_cast<double>(index);
-        break;
-      case KernelRanking::kH2o: {
-        const double acc = a.state.h2o_acc[p] + att;
-        a.state.h2o_acc[p] = acc;
-        keep = index >= *a.h2o_recent_from ? kInf : acc;
-        break;
-      }
-      case KernelRanking::kTova:
-        keep = att;
-        break;
-      case KernelRanking::kKeyNorm:
-        keep = -a.state.key_norm[p];
-        break;
-      case KernelRanking::kRandom:
-        keep = RandomKeepScore(a.seed, index, a.step);
-        break;
-      case KernelRanking::kAffinity: {
-        double v = a.state.affinity[p];
-        if (a.seed_rule) {
-          v = Sigmoid(v + a.beta_h * mean);
-          keep = v;
-        } else {
-          v = a.lambda * v + a.beta_h * mean;
-          keep = Sigmoid(v);
-        }
-        a.state.affinity[p] = v;
-        break;
-      }
+    // The state updates of this step, then the keep score (rule.h).
+    double h2o_acc = 0.0;
+    if (a.ranking == Ranking::kH2o) {
+      h2o_acc = a.state.h2o_acc[p] + att;
+      a.state.h2o_acc[p] = h2o_acc;
     }
+    double omega = 0.0;
+    if (a.ranking == Ranking::kAffinity) {
+      const double v = rule::UpdateAffinity(a.seed_rule, a.lambda, a.beta_h,
+                                            mean, a.state.affinity[p]);
+      a.state.affinity[p] = v;
+      omega = rule::Omega(a.seed_rule, v);
+    }
+    const double keep = rule::KeepScore(
+        rule::StepView{.ranking = a.ranking,
+                       .streaming_sinks = a.streaming_sinks,
+                       .h2o_recent_from = a.ranking == Ranking::kH2o
+                                              ? *a.h2o_recent_from
+                                              : 0,
+                       .seed = a.seed,
+                       .step = a.step},
+        rule::EntryView{.index = index,
+                        .key_norm = a.ranking == Ranking::kKeyNorm
+                                        ? a.state.key_norm[p]
+                                        : 0.0,
+                        .attention = att,
+                        .h2o_acc = h2o_acc,
+                        .omega = omega});
     a.keep[p] = keep;
-    a.protect[p] = (a.state.pinned[p] != 0 || index < a.sinks ||
-                    index >= a.next_index - a.recent)
+    a.protect[p] = rule::IsProtected(a.sinks, a.recent, index, a.next_index,
+                                     a.state.pinned[p] != 0)
                        ? 1
                        : 0;
     if (a.need_mean) a.mean_logit[p] = mean;

@@ -26,20 +26,9 @@
 #include <cstdint>
 
 #include "entrokv/core/element_type.h"
+#include "entrokv/core/rule.h"  // Ranking and the keep scores, without Abseil.
 
 namespace entrokv::internal::cuda {
-
-// entrokv::Ranking without config.h (which pulls Abseil into nvcc); the
-// backend converts, and static_asserts that the values agree.
-enum class KernelRanking : uint8_t {
-  kWindow,
-  kStreaming,
-  kH2o,
-  kTova,
-  kKeyNorm,
-  kRandom,
-  kAffinity,
-};
 
 // A 128-bit selection key: (hi, lo) compared as unsigned integers, hi first.
 // Candidates: hi = OrderedBits(score), lo = append or block index; excluded
@@ -139,7 +128,7 @@ struct FinishArgs {
   bool need_attention;
   double inv_rows;
   // Ranking and its parameters (docs/step-semantics.md sections 5 and 7).
-  KernelRanking ranking;
+  Ranking ranking;
   bool seed_rule;  // Affinity update rule kSeed.
   double beta_h;   // β·H.
   double lambda;

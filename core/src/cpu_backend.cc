@@ -244,8 +244,6 @@ void CpuSession::RemovePositions(std::vector<int32_t>* positions) {
   h2o_acc_.resize(n);
 }
 
-double Sigmoid(double x) { return 1.0 / (1.0 + std::exp(-x)); }
-
 absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                               StepTrace* trace) {
   absl::Status st = ValidateAndDecode(config_, limits_, counters_.last_step,
@@ -278,15 +276,11 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   const double h = decoded_.entropy;
   if (ranking == Ranking::kAffinity) {
     const double beta_h = config_.affinity.beta * h;
-    if (config_.affinity.update == AffinityUpdate::kSeed) {
-      for (int64_t p = 0; p < n; ++p) {
-        affinity_[p] = Sigmoid(affinity_[p] + beta_h * mean_logit_[p]);
-      }
-    } else {
-      const double lambda = config_.affinity.lambda;
-      for (int64_t p = 0; p < n; ++p) {
-        affinity_[p] = lambda * affinity_[p] + beta_h * mean_logit_[p];
-      }
+    const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
+    const double lambda = config_.affinity.lambda;
+    for (int64_t p = 0; p < n; ++p) {
+      affinity_[p] = rule::UpdateAffinity(seed_rule, lambda, beta_h,
+                                          mean_logit_[p], affinity_[p]);
     }
   } else if (ranking == Ranking::kH2o) {
     for (int64_t p = 0; p < n; ++p) h2o_acc_[p] += attention_[p];
@@ -297,28 +291,31 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   // Keep scores and protection matter only when something is evicted (or a
   // trace shows them).
   const bool rank_now = need > 0 || trace != nullptr;
-  KeepScoreContext ctx{.ranking = ranking,
-                       .streaming_sinks = config_.streaming_sinks,
-                       .seed = config_.seed,
-                       .step = input.step,
-                       .h2o_recent_from = std::numeric_limits<int64_t>::max()};
+  rule::StepView view{.ranking = ranking,
+                      .streaming_sinks = config_.streaming_sinks,
+                      .h2o_recent_from = std::numeric_limits<int64_t>::max(),
+                      .seed = config_.seed,
+                      .step = input.step};
   if (rank_now && ranking == Ranking::kH2o) {
-    ctx.h2o_recent_from = H2oRecentFrom(config_.h2o.recent_fraction, budget,
-                                        table_.indices(), &index_scratch_);
+    view.h2o_recent_from = H2oRecentFrom(config_.h2o.recent_fraction, budget,
+                                         table_.indices(), &index_scratch_);
   }
   const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
   keep_.resize(static_cast<size_t>(n));
   protect_.resize(static_cast<size_t>(n));
   for (int64_t p = 0; rank_now && p < n; ++p) {
-    const double omega =
-        ranking == Ranking::kAffinity
-            ? (seed_rule ? affinity_[p] : Sigmoid(affinity_[p]))
-            : 0.0;
-    keep_[p] =
-        KeepScore(ctx, table_.indices()[p], key_norm_[p],
-                  need_attention ? attention_[p] : 0.0, h2o_acc_[p], omega);
-    protect_[p] = IsProtected(config_.protection, table_.indices()[p],
-                              table_.next_index(), table_.pinned()[p] != 0);
+    const int64_t index = table_.indices()[p];
+    keep_[p] = rule::KeepScore(
+        view, {.index = index,
+               .key_norm = key_norm_[p],
+               .attention = need_attention ? attention_[p] : 0.0,
+               .h2o_acc = h2o_acc_[p],
+               .omega = ranking == Ranking::kAffinity
+                            ? rule::Omega(seed_rule, affinity_[p])
+                            : 0.0});
+    protect_[p] = rule::IsProtected(
+        config_.protection.sinks, config_.protection.recent, index,
+        table_.next_index(), table_.pinned()[p] != 0);
   }
   if (trace != nullptr) {
     const std::vector<int32_t> order = table_.AppendOrder();

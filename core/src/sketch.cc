@@ -13,7 +13,7 @@ std::vector<double> DefaultProjection(uint64_t seed, int32_t model_layer,
                                       int32_t r) {
   const int64_t d = head_dim;
   std::vector<double> p(static_cast<size_t>(d * r));
-  const uint64_t base = internal::SplitMix64(
+  const uint64_t base = rule::SplitMix64(
       seed ^
       ((static_cast<uint64_t>(static_cast<uint32_t>(model_layer)) << 32) |
        static_cast<uint32_t>(kv_head)));
@@ -22,7 +22,7 @@ std::vector<double> DefaultProjection(uint64_t seed, int32_t model_layer,
     for (int64_t j = 0; j < d; ++j) {
       double g = 0.0;
       for (int m = 0; m < 12; ++m) {
-        g += static_cast<double>(internal::SplitMix64(base + t++) >> 11) *
+        g += static_cast<double>(rule::SplitMix64(base + t++) >> 11) *
              0x1.0p-53;
       }
       p[j * r + c] = g - 6.0;

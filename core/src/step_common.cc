@@ -195,42 +195,6 @@ int64_t BudgetController::Next(double h) {
   return b;
 }
 
-uint64_t SplitMix64(uint64_t x) {
-  x += 0x9E3779B97F4A7C15ull;
-  x = (x ^ (x >> 30)) * 0xBF58476D1CE4E5B9ull;
-  x = (x ^ (x >> 27)) * 0x94D049BB133111EBull;
-  return x ^ (x >> 31);
-}
-
-double RandomKeepScore(uint64_t seed, int64_t index, uint64_t step) {
-  const uint64_t x =
-      seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1) +
-      0xD1B54A32D192ED03ull * step;
-  return static_cast<double>(SplitMix64(x) >> 11) * 0x1.0p-53;
-}
-
-double KeepScore(const KeepScoreContext& ctx, int64_t index, double key_norm,
-                 double attention, double h2o_acc, double affinity) {
-  constexpr double kInf = std::numeric_limits<double>::infinity();
-  switch (ctx.ranking) {
-    case Ranking::kWindow:
-      return static_cast<double>(index);
-    case Ranking::kStreaming:
-      return index < ctx.streaming_sinks ? kInf : static_cast<double>(index);
-    case Ranking::kH2o:
-      return index >= ctx.h2o_recent_from ? kInf : h2o_acc;
-    case Ranking::kTova:
-      return attention;
-    case Ranking::kKeyNorm:
-      return -key_norm;
-    case Ranking::kRandom:
-      return RandomKeepScore(ctx.seed, index, ctx.step);
-    case Ranking::kAffinity:
-      return affinity;
-  }
-  return 0.0;
-}
-
 int64_t H2oRecentFrom(double recent_fraction, int64_t budget,
                       absl::Span<const int64_t> live_index,
                       std::vector<int64_t>* scratch) {

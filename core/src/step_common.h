@@ -133,11 +133,6 @@ class BudgetController {
   double var_ = 0.0;
 };
 
-uint64_t SplitMix64(uint64_t x);
-
-// The `random` ranking's keep score of an entry, uniform in [0, 1).
-double RandomKeepScore(uint64_t seed, int64_t index, uint64_t step);
-
 // The live entries as the selection sees them: per position, the keep score,
 // append index and protection flag.
 struct SelectionInput {
@@ -173,25 +168,7 @@ struct SelectionScratch {
 void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
                      std::vector<int32_t>* evict);
 
-// True when entry `index` is protected by sinks, recent or its pinned flag.
-inline bool IsProtected(const Protection& p, int64_t index, int64_t next_index,
-                        bool pinned) {
-  return pinned || index < p.sinks || index >= next_index - p.recent;
-}
-
-// Keep score of the rankings that need no scores (window, streaming, keynorm,
-// random) and the h2o recent share; for tova, h2o and affinity it combines the
-// given per-entry quantities. `attention`, `h2o_acc`, `affinity` may be 0 when
-// the ranking does not use them.
-struct KeepScoreContext {
-  Ranking ranking;
-  int64_t streaming_sinks;
-  uint64_t seed;
-  uint64_t step;
-  int64_t h2o_recent_from;  // Append index from which h2o keeps everything.
-};
-double KeepScore(const KeepScoreContext& ctx, int64_t index, double key_norm,
-                 double attention, double h2o_acc, double affinity);
+// Protection and keep scores: entrokv/core/rule.h.
 
 // The append index from which the h2o ranking's recent share starts: the
 // ceil(recent_fraction · B_t) newest live entries, given the live append

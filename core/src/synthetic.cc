@@ -10,7 +10,7 @@ namespace {
 
 // SplitMix64 as a generator: small, fast, and the same on every platform.
 uint64_t NextRandom(uint64_t* state) {
-  const uint64_t out = internal::SplitMix64(*state);
+  const uint64_t out = rule::SplitMix64(*state);
   *state += 0x9E3779B97F4A7C15ull;
   return out;
 }

@@ -17,6 +17,7 @@
 
 #include "absl/status/status.h"
 #include "entrokv/core/element_type.h"
+#include "entrokv/core/rule.h"
 
 namespace entrokv {
 
@@ -61,15 +62,8 @@ struct Shape {
   }
 };
 
-enum class Ranking : uint8_t {
-  kWindow,     // Keeps the most recent entries.
-  kStreaming,  // Keeps the first `streaming_sinks` entries + the most recent.
-  kH2o,        // A recent share + the highest accumulated attention.
-  kTova,       // The highest current-step attention.
-  kKeyNorm,    // The lowest key L2 norms.
-  kRandom,     // A seeded uniform choice among the unprotected.
-  kAffinity,   // The highest affinity (this project).
-};
+// Ranking (which entries matter least) is defined in rule.h, beside the
+// keep scores that use it.
 inline constexpr Ranking kAllRankings[] = {
     Ranking::kWindow,  Ranking::kStreaming, Ranking::kH2o,     Ranking::kTova,
     Ranking::kKeyNorm, Ranking::kRandom,    Ranking::kAffinity};
