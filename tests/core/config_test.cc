@@ -128,10 +128,10 @@ TEST(SessionConfigTest, CeilingsOutsideTheirRangeSayWhichRange) {
     SessionConfig config;
     config.budget = 100;
     config.entropy_budget.max_budget = v;
-    EXPECT_THAT(std::string(ValidateSessionConfig(config).message()),
-                ::testing::StartsWith(absl::StrCat(
-                    "entropy_budget.max_budget: ", v,
-                    " is outside [budget 100, 2^40]")));
+    EXPECT_THAT(
+        std::string(ValidateSessionConfig(config).message()),
+        ::testing::StartsWith(absl::StrCat("entropy_budget.max_budget: ", v,
+                                           " is outside [budget 100, 2^40]")));
     config = SessionConfig{};
     config.budget = 100;
     config.hard_ceiling = v;

@@ -508,8 +508,8 @@ TEST_F(BadCreateTest, GpuPlacementWithoutDevice) {
 }
 
 TEST_F(BadCreateTest, SessionIds) {
-  for (const std::string& bad : {std::string("has space"),
-                                 std::string(129, 'x')}) {
+  for (const std::string& bad :
+       {std::string("has space"), std::string(129, 'x')}) {
     const absl::StatusOr<v1::CreateSessionResponse> created =
         CreateSession(stub_.get(), Good(), bad);
     EXPECT_STATUS_CODE(created, absl::StatusCode::kInvalidArgument);

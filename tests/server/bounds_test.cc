@@ -425,8 +425,8 @@ TEST_F(BoundsTest, ShapeProductsAcceptTheirBoundAndRejectThePastValue) {
   const ShapeCase cases[] = {
       {limit / kMaxField, 1, 1, kMaxField, 0, false},  // A key of the limit.
       {a, 1, 1, b, 0, false},                          // One element past.
-      {1, 1, a, b, 0, false},      // Queries one past, the key well within.
-      {1, 1, a, b, 0, true},       // The same as group sums: kv heads count.
+      {1, 1, a, b, 0, false},  // Queries one past, the key well within.
+      {1, 1, a, b, 0, true},   // The same as group sums: kv heads count.
       {2 * limit / kMaxField, 1, 1, kMaxField, kMaxField / 2, false},
       {2 * limit / kMaxField, 1, 1, kMaxField, kMaxField / 2 + 1, false},
   };
