@@ -121,8 +121,8 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
   if (e.max_budget != 0 &&
       (e.max_budget < c.budget || e.max_budget > kMaxBudget)) {
     return Bad("entropy_budget.max_budget",
-               absl::StrCat(e.max_budget, " is below budget ", c.budget,
-                            " (0 means ceil(budget * (1 + gamma)))"));
+               absl::StrCat(e.max_budget, " is outside [budget ", c.budget,
+                            ", 2^40] (0 means ceil(budget * (1 + gamma)))"));
   }
   if (!(c.h2o.recent_fraction >= 0.0 && c.h2o.recent_fraction <= 1.0)) {
     return Bad("h2o.recent_fraction",
@@ -168,8 +168,9 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
   }
   if (c.hard_ceiling != 0 &&
       (c.hard_ceiling < c.budget || c.hard_ceiling > kMaxBudget)) {
-    return Bad("hard_ceiling", absl::StrCat(c.hard_ceiling, " is below budget ",
-                                            c.budget, " (0: no ceiling)"));
+    return Bad("hard_ceiling",
+               absl::StrCat(c.hard_ceiling, " is outside [budget ", c.budget,
+                            ", 2^40] (0: no ceiling)"));
   }
   if (!c.scored_layers.empty()) {
     if (static_cast<int64_t>(c.scored_layers.size()) != s.layers) {

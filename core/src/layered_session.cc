@@ -102,7 +102,8 @@ class CadenceLayer final : public SessionState {
 
 namespace {
 
-// "every step", "every 2nd step", "every 3rd", "every 11th", "every 21st".
+// "every accepted step" for 1, else "every Kth accepted step" with K's
+// English ordinal: 2nd, 3rd, 4th, 11th, 12th, 13th, 21st, 101st, 111th.
 std::string EveryKth(int64_t k) {
   if (k == 1) return "every accepted step";
   const int64_t tens = k % 100;

@@ -1,6 +1,7 @@
 // Session configuration: validation names the bad field; policy names parse
 // into a ranking and a budget controller.
 
+#include <cstdint>
 #include <functional>
 #include <string>
 #include <string_view>
@@ -8,6 +9,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
 #include "entrokv/core/backend.h"
 #include "entrokv/core/config.h"
 #include "gmock/gmock.h"
@@ -115,6 +117,28 @@ TEST(SessionConfigTest, MinBudgetAboveMaxBudgetIsRejected) {
   const absl::Status status = ValidateSessionConfig(config);
   EXPECT_STATUS_CODE(status, absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(status.message()), HasSubstr("entropy_budget."));
+}
+
+// max_budget and hard_ceiling are 0 or in [budget, 2^40] (the proto's
+// "Bound: 0 or [budget, 2^40]."): the message gives that range on either
+// side of it, not "below budget" for a value above 2^40.
+TEST(SessionConfigTest, CeilingsOutsideTheirRangeSayWhichRange) {
+  constexpr int64_t kTwoTo40 = int64_t{1} << 40;
+  for (const int64_t v : {int64_t{99}, kTwoTo40 + 1}) {
+    SessionConfig config;
+    config.budget = 100;
+    config.entropy_budget.max_budget = v;
+    EXPECT_THAT(
+        std::string(ValidateSessionConfig(config).message()),
+        ::testing::StartsWith(absl::StrCat("entropy_budget.max_budget: ", v,
+                                           " is outside [budget 100, 2^40]")));
+    config = SessionConfig{};
+    config.budget = 100;
+    config.hard_ceiling = v;
+    EXPECT_THAT(std::string(ValidateSessionConfig(config).message()),
+                ::testing::StartsWith(absl::StrCat(
+                    "hard_ceiling: ", v, " is outside [budget 100, 2^40]")));
+  }
 }
 
 TEST(SessionConfigTest, BackendRefusesAnInvalidConfigNamingTheField) {

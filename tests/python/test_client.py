@@ -284,6 +284,12 @@ def test_bad_configs(client):
                    "decide_every: 0 is outside [1, 65536]")
     expect_invalid(lambda: client.create_session("entropy", affinity=entrokv.AffinityParams(lambda_=2.0)),
                    "affinity.lambda: 2 is outside [0, 1]")
+    for v in (99, (1 << 40) + 1):  # 0 or [budget, 2^40], either side.
+        expect_invalid(lambda: client.create_session("window", budget=100, hard_ceiling=v),
+                       f"hard_ceiling: {v} is outside [budget 100, 2^40]")
+        expect_invalid(lambda: client.create_session(
+            "entropy", budget=100, entropy_budget=entrokv.EntropyBudgetParams(max_budget=v)),
+                       f"entropy_budget.max_budget: {v} is outside [budget 100, 2^40]")
     expect_invalid(lambda: client.create_session("window", shape=Shape(head_dim=8, sketch_dim=2),
                                                  projection=np.zeros(3, np.float32)),
                    "projection: 3 elements, expected 1 (layers x kv heads) x 8 x 2")

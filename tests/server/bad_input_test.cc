@@ -4,6 +4,7 @@
 // session that never saw the bad one answers it.
 
 #include <cmath>
+#include <functional>
 #include <limits>
 #include <memory>
 #include <string>
@@ -446,6 +447,59 @@ TEST_F(BadCreateTest, BadPolicyName) {
   ExpectRejected(config, absl::StatusCode::kInvalidArgument, "config.policy");
 }
 
+// The checks that no numeric bound covers (bounds_test.cc has those): each
+// is INVALID_ARGUMENT whose message starts with the field, "config.FIELD: ".
+TEST_F(BadCreateTest, EveryRuleBetweenFieldsNamesTheField) {
+  const struct {
+    const char* field;
+    std::function<void(v1::SessionConfig*)> spoil;
+  } cases[] = {
+      {"config.scored_layers",  // Two listed for three sent layers.
+       [](v1::SessionConfig* c) {
+         c->mutable_shape()->set_layers(3);
+         c->add_scored_layers(0);
+         c->add_scored_layers(1);
+       }},
+      {"config.scored_layers",  // Not strictly increasing.
+       [](v1::SessionConfig* c) {
+         c->mutable_shape()->set_layers(2);
+         c->add_scored_layers(5);
+         c->add_scored_layers(5);
+       }},
+      {"config.block_summary",  // Token granularity.
+       [](v1::SessionConfig* c) { c->set_block_summary(true); }},
+      {"config.block_summary",  // Budget 8 below one block of 16.
+       [](v1::SessionConfig* c) {
+         c->set_block_size(16);
+         c->set_block_summary(true);
+       }},
+      {"config.shape.query_form",  // tova needs each head's softmax.
+       [](v1::SessionConfig* c) {
+         c->set_ranking(v1::RANKING_TOVA);
+         c->mutable_shape()->set_query_form(v1::QUERY_FORM_GROUP_SUM);
+       }},
+      {"config.shape.q_heads",  // Fewer q heads than kv heads.
+       [](v1::SessionConfig* c) {
+         c->mutable_shape()->set_kv_heads(4);
+         c->mutable_shape()->set_q_heads(2);
+       }},
+      {"config.entropy_budget.min_budget",  // Above budget 8.
+       [](v1::SessionConfig* c) {
+         c->mutable_entropy_budget()->set_min_budget(9);
+       }},
+  };
+  for (const auto& c : cases) {
+    SCOPED_TRACE(c.field);
+    v1::SessionConfig config = Good();
+    c.spoil(&config);
+    const absl::StatusOr<v1::CreateSessionResponse> created =
+        CreateSession(stub_.get(), config);
+    EXPECT_STATUS_CODE(created, absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(created.status().message()),
+                ::testing::StartsWith(absl::StrCat(c.field, ": ")));
+  }
+}
+
 TEST_F(BadCreateTest, GpuPlacementWithoutDevice) {
   v1::SessionConfig config = Good();
   config.set_placement(v1::PLACEMENT_GPU);
@@ -454,10 +508,14 @@ TEST_F(BadCreateTest, GpuPlacementWithoutDevice) {
 }
 
 TEST_F(BadCreateTest, SessionIds) {
-  EXPECT_STATUS_CODE(CreateSession(stub_.get(), Good(), "has space"),
-                     absl::StatusCode::kInvalidArgument);
-  EXPECT_STATUS_CODE(CreateSession(stub_.get(), Good(), std::string(129, 'x')),
-                     absl::StatusCode::kInvalidArgument);
+  for (const std::string& bad :
+       {std::string("has space"), std::string(129, 'x')}) {
+    const absl::StatusOr<v1::CreateSessionResponse> created =
+        CreateSession(stub_.get(), Good(), bad);
+    EXPECT_STATUS_CODE(created, absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(created.status().message()),
+                ::testing::StartsWith("session_id: "));
+  }
   ASSERT_OK(CreateSession(stub_.get(), Good(), "dup"));
   EXPECT_STATUS_CODE(CreateSession(stub_.get(), Good(), "dup"),
                      absl::StatusCode::kAlreadyExists);

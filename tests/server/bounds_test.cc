@@ -5,7 +5,8 @@
 // value just past it (expects INVALID_ARGUMENT whose message names the
 // field). The expected values come from the docs, not from the code. It also
 // requires that every numeric field of the configuration and step messages
-// states a bound (or "Any value").
+// states a bound (or "Any value"), and probes the shape's product bound
+// ("Product bound: [1, 2^24] elements." above `message Shape`) the same way.
 
 #include <algorithm>
 #include <cfloat>
@@ -391,6 +392,75 @@ TEST_F(BoundsTest, StepFieldsAcceptTheirBoundAndRejectThePastValue) {
       }
     }
   }
+}
+
+// The shape's product bound (the comment above `message Shape`): a key has
+// layers · kv_heads · dim elements, the queries layers · q_heads · dim
+// (kv_heads for group_sum), dim = sketch_dim when set, and each is at most
+// the documented limit. Shapes on both sides of it, each field within its
+// own bound; the expected answer comes from that formula.
+TEST_F(BoundsTest, ShapeProductsAcceptTheirBoundAndRejectThePastValue) {
+  std::ifstream in(ENTROKV_PROTO_FILE);
+  std::stringstream text;
+  text << in.rdbuf();
+  std::smatch m;
+  const std::string proto = text.str();
+  ASSERT_TRUE(std::regex_search(
+      proto, m, std::regex(R"(Product bound:\s*\[1,\s*2\^(\d+)\])")))
+      << "no product bound in the proto";
+  const int64_t limit = int64_t{1} << std::stoi(m[1]);
+  constexpr int64_t kMaxField = 65536;  // Shape's own bounds.
+  // limit + 1 as a product of two factors that each fit a field.
+  int64_t a = 0;
+  for (int64_t f = 2; f <= kMaxField && a == 0; ++f) {
+    if ((limit + 1) % f == 0 && (limit + 1) / f <= kMaxField) a = f;
+  }
+  ASSERT_NE(a, 0) << "limit + 1 has no factors within the field bounds";
+  const int64_t b = (limit + 1) / a;
+
+  struct ShapeCase {
+    int64_t layers, kv_heads, q_heads, head_dim, sketch_dim;
+    bool group_sum;
+  };
+  const ShapeCase cases[] = {
+      {limit / kMaxField, 1, 1, kMaxField, 0, false},  // A key of the limit.
+      {a, 1, 1, b, 0, false},                          // One element past.
+      {1, 1, a, b, 0, false},  // Queries one past, the key well within.
+      {1, 1, a, b, 0, true},   // The same as group sums: kv heads count.
+      {2 * limit / kMaxField, 1, 1, kMaxField, kMaxField / 2, false},
+      {2 * limit / kMaxField, 1, 1, kMaxField, kMaxField / 2 + 1, false},
+  };
+  int accepted = 0, rejected = 0;
+  for (const ShapeCase& c : cases) {
+    const int64_t dim = c.sketch_dim > 0 ? c.sketch_dim : c.head_dim;
+    const int64_t key = c.layers * c.kv_heads * dim;
+    const int64_t queries =
+        c.layers * (c.group_sum ? c.kv_heads : c.q_heads) * dim;
+    const bool ok = key <= limit && queries <= limit;
+    v1::SessionConfig config = BaseConfig();
+    v1::Shape* shape = config.mutable_shape();
+    shape->set_layers(static_cast<int32_t>(c.layers));
+    shape->set_kv_heads(static_cast<int32_t>(c.kv_heads));
+    shape->set_q_heads(static_cast<int32_t>(c.q_heads));
+    shape->set_head_dim(static_cast<int32_t>(c.head_dim));
+    shape->set_sketch_dim(static_cast<int32_t>(c.sketch_dim));
+    if (c.group_sum) shape->set_query_form(v1::QUERY_FORM_GROUP_SUM);
+    SCOPED_TRACE(absl::StrCat("shape ", shape->ShortDebugString(), ": key ",
+                              key, ", queries ", queries, " elements"));
+    const absl::StatusOr<v1::CreateSessionResponse> created =
+        CreateSession(stub_.get(), config);
+    if (ok) {
+      ++accepted;
+      EXPECT_OK(created);
+    } else {
+      ++rejected;
+      EXPECT_STATUS_CODE(created, absl::StatusCode::kInvalidArgument);
+      EXPECT_THAT(std::string(created.status().message()),
+                  HasSubstr("config.shape:"));
+    }
+  }
+  EXPECT_EQ(accepted, 3);
+  EXPECT_EQ(rejected, 3);
 }
 
 }  // namespace

@@ -226,7 +226,7 @@ def validate_config(c: SessionConfig) -> None:
                   f"{e.min_budget} is outside [0, budget {c.budget}]")
     if e.max_budget != 0 and (e.max_budget < c.budget or e.max_budget > _MAX_BUDGET):
         raise bad("entropy_budget.max_budget",
-                  f"{e.max_budget} is below budget {c.budget} "
+                  f"{e.max_budget} is outside [budget {c.budget}, 2^40] "
                   "(0 means ceil(budget * (1 + gamma)))")
     if not 0.0 <= c.h2o_recent_fraction <= 1.0:
         raise bad("h2o.recent_fraction",
@@ -254,7 +254,8 @@ def validate_config(c: SessionConfig) -> None:
     if c.hard_ceiling != 0 and (c.hard_ceiling < c.budget
                                 or c.hard_ceiling > _MAX_BUDGET):
         raise bad("hard_ceiling",
-                  f"{c.hard_ceiling} is below budget {c.budget} (0: no ceiling)")
+                  f"{c.hard_ceiling} is outside [budget {c.budget}, 2^40] "
+                  "(0: no ceiling)")
     if c.scored_layers:
         if len(c.scored_layers) != s.layers:
             raise bad("scored_layers",
