@@ -41,6 +41,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/logging.h"
 #include "entrokv/client/client.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/element_type.h"
@@ -48,6 +49,7 @@
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "report.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, target, "unix:/run/entrokv/entrokv.sock",
           "Server target: unix:/path or host:port (the server's default "
@@ -1080,17 +1082,15 @@ int Run() {
       shared.modes.end()) {
     const absl::Status echo = ProbeEcho(shared.stub.get());
     if (absl::IsUnimplemented(echo) || absl::IsFailedPrecondition(echo)) {
-      std::fprintf(
-          stderr, "entrokv-loadgen: the server does not serve Echo: %s%s\n",
-          echo.ToString().c_str(),
+      spdlog::warn(
+          "the server does not serve Echo: {}{}", echo.ToString(),
           absl::StrContains(echo.message(), "--enable_echo")
               ? ""
               : " (entrokv-server serves Echo only with --enable_echo)");
       shared.modes.erase(
           std::find(shared.modes.begin(), shared.modes.end(), "echo"));
       if (shared.modes.empty()) return 1;
-      std::fprintf(stderr,
-                   "entrokv-loadgen: running without the echo baseline.\n");
+      spdlog::warn("running without the echo baseline");
     }
   }
   {
@@ -1200,16 +1200,16 @@ int Run() {
   for (int i = 0; i < threads_count; ++i) {
     if (!setup_status[i].ok()) {
       if (failed++ == 0) {
-        std::fprintf(stderr, "%s %d: %s\n", batch > 1 ? "batch" : "session", i,
-                     setup_status[i].ToString().c_str());
+        spdlog::error("{} {}: {}", batch > 1 ? "batch" : "session", i,
+                      setup_status[i].ToString());
       }
       shared.failures.sessions_not_started[CodeName(setup_status[i].code())] +=
           batch;
     }
   }
   if (failed > 0) {
-    std::fprintf(stderr, "%d of %d %s failed to start\n", failed, threads_count,
-                 batch > 1 ? "batches" : "sessions");
+    spdlog::error("{} of {} {} failed to start", failed, threads_count,
+                  batch > 1 ? "batches" : "sessions");
   }
 
   absl::Time previous = setup_end;
@@ -1264,9 +1264,31 @@ int Run() {
 int main(int argc, char** argv) {
   entrokv::ParseFlags(
       argc, argv,
-      {"Load test for entrokv-server: N synthetic sessions, decode-step "
-       "latency and throughput side by side with the Echo baseline.\n"
-       "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64",
-       {"client/loadgen/"}});
+      {.usage =
+           "Load test for entrokv-server: N synthetic sessions, decode-step "
+           "latency and throughput side by side with the Echo baseline.\n"
+           "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64\n"
+           "Exit status: 0 when the run completes, 1 on failures with "
+           "--fail_on_error, 2 on bad flags.",
+       .source_dirs = {"client/loadgen/"},
+       .groups = {
+           {"Server", {"target", "tls_root_certs", "tls_cert", "tls_key",
+                       "auth_token_file"}},
+           {"Load",
+            {"mode", "client", "sessions", "batch", "rounds",
+             "steps_per_round", "duration", "rate", "prefill",
+             "prefill_chunk", "pool", "seed"}},
+           {"Session shape and policy",
+            {"layers", "kv_heads", "q_heads", "head_dim", "dtype", "policy",
+             "budget", "block_size", "block_summary", "placement", "sketch",
+             "query_form", "decide_every"}},
+           {"Deadlines", {"step_deadline", "create_deadline", "sync_timeout"}},
+           {"Output", {"json", "progress", "fail_on_error", "log_level"}},
+       }});
+  if (absl::Status status = entrokv::InitLogging(); !status.ok()) {
+    std::fprintf(stderr, "entrokv-loadgen: %s\n",
+                 std::string(status.message()).c_str());
+    return 2;
+  }
   return entrokv::loadgen::Run();
 }
