@@ -155,7 +155,7 @@ std::vector<Binary> Binaries() {
                       "entrokv-loadgen",
                       {"Server", "Load", "Session shape and policy",
                        "Deadlines", "Output"},
-                      {"--target", "--sessions"},
+                      {"--target", "--sessions", "--duration"},
                       "json"});
 #endif
 #ifdef ENTROKV_EVAL_BINARY
