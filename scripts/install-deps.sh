@@ -8,7 +8,7 @@ packages=(
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler
   libabsl-dev libspdlog-dev libfmt-dev libcivetweb-dev openssl
   libgtest-dev libgmock-dev googletest libbenchmark-dev
-  python3 python3-numpy gnuplot-nox
+  python3 python3-numpy gnuplot-nox prometheus
   python3-grpcio python3-protobuf python3-pytest python3-setuptools python3-pip python3-yaml
 )
 

@@ -9,7 +9,6 @@
 
 #include <cstdint>
 #include <cstdio>
-#include <cstring>
 #include <string>
 #include <vector>
 
@@ -17,8 +16,8 @@
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/logging.h"
 #include "google/protobuf/stubs/logging.h"
-#include "grpc/support/log.h"
 #include "server/log_format.h"
 #include "server/server.h"
 #include "spdlog/spdlog.h"
@@ -67,8 +66,6 @@ ABSL_FLAG(absl::Duration, idle_timeout, absl::Minutes(5),
           "A session detached from every stream for this long is reclaimed");
 ABSL_FLAG(absl::Duration, drain_timeout, absl::Seconds(10),
           "On SIGTERM/SIGINT, how long open streams may continue");
-ABSL_FLAG(std::string, log_level, "info",
-          "trace, debug, info, warn, error, critical or off");
 ABSL_FLAG(bool, gpu, true, "Use the CUDA backend when a device is present");
 ABSL_FLAG(int32_t, gpu_device, 0, "CUDA device ordinal");
 ABSL_FLAG(std::string, metrics_listen, "",
@@ -118,51 +115,47 @@ void LogProtobuf(google::protobuf::LogLevel level, const char* file, int line,
   }
 }
 
-// gRPC's own log lines go through spdlog, so that they share its format
-// (one JSON object per line with --log_format=json) and level. gRPC's errors
-// are mostly about peers (a failed TLS handshake, a bind it retries), so they
-// are warnings here; the server logs its own failures itself.
-void LogGrpc(gpr_log_func_args* args) {
-  const char* file = args->file != nullptr ? args->file : "";
-  if (const char* slash = std::strrchr(file, '/'); slash != nullptr) {
-    file = slash + 1;
-  }
-  switch (args->severity) {
-    case GPR_LOG_SEVERITY_ERROR:
-      spdlog::warn("grpc {}:{}: {}", file, args->line, args->message);
-      break;
-    case GPR_LOG_SEVERITY_INFO:
-    case GPR_LOG_SEVERITY_DEBUG:
-      spdlog::debug("grpc {}:{}: {}", file, args->line, args->message);
-      break;
-  }
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   entrokv::ParseFlags(
       argc, argv,
-      {"decides KV-cache evictions for LLM inference engines over gRPC.\n"
-       "Usage: entrokv-server [--listen=ADDR,...] [flags]",
-       {"server/"}});
+      {.usage =
+           "decides KV-cache evictions for LLM inference engines over gRPC.\n"
+           "Usage: entrokv-server [--listen=ADDR,...] [flags]\n"
+           "Exit status: 0 after a drain (SIGTERM, SIGINT), 1 when it cannot "
+           "start, 2 on bad flags.",
+       .source_dirs = {"server/"},
+       .groups = {
+           {"Listening",
+            {"listen", "health_listen", "metrics_listen", "socket_mode",
+             "socket_group", "enable_reflection", "enable_echo"}},
+           {"Security (docs/security.md)",
+            {"tls_cert", "tls_key", "tls_client_ca", "auth_token_file",
+             "allow_insecure_tcp"}},
+           {"Limits",
+            {"max_sessions", "max_live_entries", "max_bytes", "max_gpu_bytes",
+             "max_streams", "max_message_bytes", "max_steps_per_message",
+             "max_steps_per_session_per_message", "max_echo_bytes",
+             "grpc_memory_bytes", "grpc_max_threads"}},
+           {"Lifetimes", {"idle_timeout", "drain_timeout"}},
+           {"Backend", {"gpu", "gpu_device"}},
+           {"Logging", {"log_level", "log_format"}},
+       }});
 
-  const std::string level_name = absl::GetFlag(FLAGS_log_level);
-  const spdlog::level::level_enum level = spdlog::level::from_str(level_name);
-  if (level == spdlog::level::off && level_name != "off") {
-    std::fprintf(stderr, "--log_level: unknown level \"%s\"\n",
-                 level_name.c_str());
+  if (absl::Status status = entrokv::InitLogging(); !status.ok()) {
+    std::fprintf(stderr, "entrokv-server: %s\n",
+                 std::string(status.message()).c_str());
     return 2;
   }
-  spdlog::set_level(level);
   if (absl::Status status =
           entrokv::server::SetLogFormat(absl::GetFlag(FLAGS_log_format));
       !status.ok()) {
-    std::fprintf(stderr, "--%s\n", std::string(status.message()).c_str());
+    std::fprintf(stderr, "entrokv-server: --%s\n",
+                 std::string(status.message()).c_str());
     return 2;
   }
   google::protobuf::SetLogHandler(&LogProtobuf);
-  gpr_set_log_function(&LogGrpc);
 
   // Signals are taken synchronously by this thread; block them before any
   // other thread (gRPC's) exists so that none of those receives them.

@@ -19,6 +19,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "civetweb.h"
+#include "common/build_info.h"
 #include "common/prometheus_text.h"
 #include "spdlog/spdlog.h"
 
@@ -27,13 +28,6 @@ namespace {
 
 // The longest field path kept as a label value.
 constexpr size_t kMaxFieldLength = 96;
-
-// "le" values of DurationHistogram's buckets, in seconds.
-constexpr std::array<const char*, DurationHistogram::kBoundsNs.size()>
-    kBoundsSeconds = {"5e-06",   "1e-05",  "2.5e-05", "5e-05",  "0.0001",
-                      "0.00025", "0.0005", "0.001",   "0.0025", "0.005",
-                      "0.01",    "0.025",  "0.05",    "0.1",    "0.25",
-                      "0.5",     "1"};
 
 void Header(std::string* out, absl::string_view name, absl::string_view type,
             absl::string_view help) {
@@ -62,17 +56,9 @@ void ByPlacement(std::string* out, absl::string_view name,
 }
 
 void Histogram(std::string* out, absl::string_view name, absl::string_view help,
-               const DurationHistogram::Snapshot& snapshot) {
+               const DurationHistogram& histogram) {
   Header(out, name, "histogram", help);
-  int64_t cumulative = 0;
-  for (size_t i = 0; i < DurationHistogram::kBuckets; ++i) {
-    cumulative += snapshot.counts[i];
-    const char* le = i < kBoundsSeconds.size() ? kBoundsSeconds[i] : "+Inf";
-    absl::StrAppend(out, name, "_bucket{le=\"", le, "\"} ", cumulative, "\n");
-  }
-  absl::StrAppend(out, name, "_sum ",
-                  absl::StrFormat("%.9f", snapshot.sum_ns / 1e9), "\n");
-  absl::StrAppend(out, name, "_count ", cumulative, "\n");
+  AppendHistogramSamples(out, name, "", histogram);
 }
 
 bool IsFieldChar(char c) {
@@ -102,19 +88,43 @@ int LogCivetweb(const struct mg_connection*, const char* message) {
 
 void DurationHistogram::Observe(int64_t ns) {
   const size_t bucket = static_cast<size_t>(
-      std::lower_bound(kBoundsNs.begin(), kBoundsNs.end(), ns) -
-      kBoundsNs.begin());
+      std::lower_bound(bounds_ns_.begin(), bounds_ns_.end(), ns) -
+      bounds_ns_.begin());
   counts_[bucket].fetch_add(1, std::memory_order_relaxed);
   sum_ns_.fetch_add(ns, std::memory_order_relaxed);
 }
 
 DurationHistogram::Snapshot DurationHistogram::Read() const {
   Snapshot snapshot;
-  for (size_t i = 0; i < kBuckets; ++i) {
+  snapshot.counts.resize(bounds_ns_.size() + 1);
+  for (size_t i = 0; i < snapshot.counts.size(); ++i) {
     snapshot.counts[i] = counts_[i].load(std::memory_order_relaxed);
   }
   snapshot.sum_ns = sum_ns_.load(std::memory_order_relaxed);
   return snapshot;
+}
+
+void AppendHistogramSamples(std::string* out, absl::string_view name,
+                            absl::string_view labels,
+                            const DurationHistogram& histogram) {
+  const DurationHistogram::Snapshot snapshot = histogram.Read();
+  const absl::Span<const int64_t> bounds = histogram.bounds_ns();
+  const absl::string_view comma = labels.empty() ? "" : ",";
+  int64_t cumulative = 0;
+  for (size_t i = 0; i < snapshot.counts.size(); ++i) {
+    cumulative += snapshot.counts[i];
+    const std::string le = i < bounds.size()
+                               ? absl::StrFormat("%g", bounds[i] / 1e9)
+                               : std::string("+Inf");
+    absl::StrAppend(out, name, "_bucket{", labels, comma, "le=\"", le, "\"} ",
+                    cumulative, "\n");
+  }
+  const absl::string_view open = labels.empty() ? "" : "{";
+  const absl::string_view close = labels.empty() ? "" : "}";
+  absl::StrAppend(out, name, "_sum", open, labels, close, " ",
+                  absl::StrFormat("%.9f", snapshot.sum_ns / 1e9), "\n");
+  absl::StrAppend(out, name, "_count", open, labels, close, " ", cumulative,
+                  "\n");
 }
 
 std::string RejectedField(absl::string_view message) {
@@ -168,6 +178,14 @@ void ServerMetrics::DrainStarted() {
 std::string ServerMetrics::RenderText(const ServerGauges& gauges) const {
   std::string out;
   out.reserve(8192);
+  Header(&out, "entrokv_build_info", "gauge",
+         "Always 1; the labels say what the server was built from.");
+  Sample(&out, "entrokv_build_info",
+         absl::StrCat("version=\"", EscapePrometheusLabel(BuildVersion()),
+                      "\",commit=\"", EscapePrometheusLabel(BuildCommit()),
+                      "\",build_type=\"", EscapePrometheusLabel(BuildType()),
+                      "\",cuda=\"", BuildHasCuda() ? "true" : "false", "\""),
+         1);
   Metric(&out, "entrokv_sessions_open", "gauge", "Sessions open now.",
          gauges.sessions_open);
   Metric(&out, "entrokv_sessions_created_total", "counter", "Sessions created.",
@@ -182,14 +200,14 @@ std::string ServerMetrics::RenderText(const ServerGauges& gauges) const {
          steps_.load(std::memory_order_relaxed));
   Histogram(&out, "entrokv_step_compute_seconds",
             "Time of each step in core (append, score, decide), seconds.",
-            step_compute_.Read());
+            step_compute_);
   Metric(&out, "entrokv_evictions_total", "counter",
          "Entries evicted (slot ids returned to engines).",
          evictions_.load(std::memory_order_relaxed));
   Metric(&out, "entrokv_live_entries", "gauge",
          "Live entries, all open sessions together, as of their last step.",
          gauges.live_entries);
-  ByPlacement(&out, "entrokv_bytes_held",
+  ByPlacement(&out, "entrokv_session_state_bytes",
               "Bytes of session state held, by placement.",
               gauges.cpu_bytes_held, gauges.gpu_bytes_held);
 

@@ -27,6 +27,7 @@
 #include <string>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -34,37 +35,66 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 
 struct mg_connection;
 struct mg_context;
 
 namespace entrokv::server {
 
+// Upper bounds, in nanoseconds, of the buckets of the RPC histograms: 10 us
+// to 1 s, dense where entrokv's answers fall (tens to hundreds of us), so
+// that histogram_quantile() interpolates within a few microseconds there.
+inline constexpr int64_t kRpcBoundsNs[] = {
+    10'000,      15'000,      20'000,      25'000,     30'000,     40'000,
+    50'000,      60'000,      70'000,      80'000,     90'000,     100'000,
+    125'000,     150'000,     175'000,     200'000,    250'000,    300'000,
+    400'000,     500'000,     750'000,     1'000'000,  2'500'000,  5'000'000,
+    10'000'000,  25'000'000,  50'000'000,  100'000'000, 250'000'000,
+    500'000'000, 1'000'000'000};
+// Of entrokv_step_compute_seconds: a small step's compute takes a few us, so
+// 2.5, 5 and 7.5 us come before the RPC bounds.
+inline constexpr int64_t kStepComputeBoundsNs[] = {
+    2'500,       5'000,       7'500,       10'000,      15'000,     20'000,
+    25'000,      30'000,      40'000,      50'000,      60'000,     70'000,
+    80'000,      90'000,      100'000,     125'000,     150'000,    175'000,
+    200'000,     250'000,     300'000,     400'000,     500'000,    750'000,
+    1'000'000,   2'500'000,   5'000'000,   10'000'000,  25'000'000, 50'000'000,
+    100'000'000, 250'000'000, 500'000'000, 1'000'000'000};
+
 // A histogram of durations over fixed buckets, with atomic counts: Observe()
 // is two relaxed additions and a short search, no lock.
 class DurationHistogram {
  public:
-  // Upper bounds of the buckets, in nanoseconds (5 us to 1 s); a last,
-  // implicit bucket takes what is above.
-  static constexpr std::array<int64_t, 17> kBoundsNs = {
-      5'000,       10'000,       25'000,     50'000,      100'000,
-      250'000,     500'000,      1'000'000,  2'500'000,   5'000'000,
-      10'000'000,  25'000'000,   50'000'000, 100'000'000, 250'000'000,
-      500'000'000, 1'000'000'000};
-  static constexpr size_t kBuckets = kBoundsNs.size() + 1;
+  static constexpr size_t kMaxBounds = 40;
+
+  // Buckets with upper bounds `bounds_ns` (inclusive) and a last, implicit
+  // bucket for what is above. REQUIRES: `bounds_ns` ascending, at most
+  // kMaxBounds long, and outliving the histogram (a constant above).
+  explicit DurationHistogram(absl::Span<const int64_t> bounds_ns)
+      : bounds_ns_(bounds_ns) {}
 
   struct Snapshot {
-    std::array<int64_t, kBuckets> counts = {};  // Per bucket, not cumulative.
+    std::vector<int64_t> counts;  // Per bucket, not cumulative; bounds + 1.
     int64_t sum_ns = 0;
   };
 
   void Observe(int64_t ns);
   Snapshot Read() const;
+  absl::Span<const int64_t> bounds_ns() const { return bounds_ns_; }
 
  private:
-  std::array<std::atomic<int64_t>, kBuckets> counts_ = {};
+  const absl::Span<const int64_t> bounds_ns_;
+  std::array<std::atomic<int64_t>, kMaxBounds + 1> counts_ = {};
   std::atomic<int64_t> sum_ns_{0};
 };
+
+// Appends the _bucket, _sum and _count samples of `histogram` (in seconds)
+// under `name`, each with `labels` (`key="value",...`, may be empty) before
+// its "le". The caller writes the HELP and TYPE lines.
+void AppendHistogramSamples(std::string* out, absl::string_view name,
+                            absl::string_view labels,
+                            const DurationHistogram& histogram);
 
 // Levels read at scrape time (see the file comment). Limits of 0 mean
 // unlimited, as the server flags that set them.
@@ -74,7 +104,7 @@ struct ServerGauges {
   int64_t sessions_closed = 0;
   int64_t sessions_reclaimed = 0;
   int64_t live_entries = 0;  // Summed over the open sessions.
-  int64_t cpu_bytes_held = 0;
+  int64_t cpu_bytes_held = 0;  // entrokv_session_state_bytes.
   int64_t gpu_bytes_held = 0;
   int64_t streams_open = 0;
   bool gpu_available = false;
@@ -118,7 +148,7 @@ class ServerMetrics {
   std::atomic<int64_t> streams_{0};
   std::atomic<int64_t> drains_{0};
   std::atomic<bool> draining_{false};
-  DurationHistogram step_compute_;
+  DurationHistogram step_compute_{kStepComputeBoundsNs};
 
   // (method, code, field) -> count.
   using RejectedKey = std::tuple<std::string, std::string, std::string>;

@@ -22,6 +22,7 @@
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
 #include "grpcpp/server_builder.h"
+#include "server/process_metrics.h"
 #include "server/security.h"
 #include "server/status_conversion.h"
 #include "spdlog/spdlog.h"
@@ -367,8 +368,22 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     server->metrics_http_ = *std::move(http);
   }
 
+  std::vector<std::string> services = {kServiceName};
+  if (options.enable_reflection) {
+    services.push_back("grpc.reflection.v1alpha.ServerReflection");
+  }
+  server->grpc_metrics_ = std::make_unique<GrpcServerMetrics>(
+      GrpcServerMetrics::MethodsOf(services));
+
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
+  {
+    std::vector<
+        std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
+    interceptors.push_back(server->grpc_metrics_->InterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   builder.SetOption(
       std::make_unique<ReflectionOption>(options.enable_reflection));
   // Two servers on one port must not both start silently: gRPC sets
@@ -517,7 +532,10 @@ std::string Server::MetricsText() const {
   gauges.max_cpu_bytes = options_.max_bytes;
   gauges.max_gpu_bytes = options_.max_gpu_bytes;
   gauges.max_streams = options_.max_streams;
-  return metrics_.RenderText(gauges);
+  std::string text = metrics_.RenderText(gauges);
+  if (grpc_metrics_ != nullptr) grpc_metrics_->AppendText(&text);
+  AppendProcessMetrics(&text);
+  return text;
 }
 
 std::string Server::DescribeBackends() const {

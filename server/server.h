@@ -45,6 +45,7 @@
 #include "entrokv/core/backend.h"
 #include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
+#include "server/grpc_metrics.h"
 #include "server/metrics.h"
 #include "server/service.h"
 #include "server/session_registry.h"
@@ -146,6 +147,8 @@ class Server {
   std::unique_ptr<Backend> gpu_;
   std::unique_ptr<SessionRegistry> registry_;
   ServerMetrics metrics_;
+  // RPC metrics of the API server (its interceptor); outlives grpc_server_.
+  std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   std::unique_ptr<EntroKvService> service_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> targets_;

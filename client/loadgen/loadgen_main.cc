@@ -2,7 +2,8 @@
 // entrokv-server, side by side with the Echo baseline of the same bytes.
 //
 // Each session thread creates a server session, prefills it with --prefill
-// entries (in chunks, not measured), then runs --rounds rounds; in each round
+// entries (in chunks, not measured), then runs --rounds rounds (or, with
+// --duration, whole rounds until that time has passed); in each round
 // every mode (entrokv Decode steps, then Echo messages of the same sizes) runs
 // --steps_per_round steps per session, all sessions in lock step between
 // phases, so both modes see the same machine state. Latency is measured from
@@ -20,6 +21,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <limits>
 #include <map>
 #include <memory>
 #include <set>
@@ -41,6 +43,7 @@
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
+#include "common/logging.h"
 #include "entrokv/client/client.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/element_type.h"
@@ -48,6 +51,7 @@
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
 #include "report.h"
+#include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, target, "unix:/run/entrokv/entrokv.sock",
           "Server target: unix:/path or host:port (the server's default "
@@ -63,7 +67,12 @@ ABSL_FLAG(std::string, client, "sync",
 ABSL_FLAG(int32_t, sessions, 8, "Concurrent sessions (one thread each)");
 ABSL_FLAG(int32_t, prefill, 1024, "Entries appended before the decode steps");
 ABSL_FLAG(int32_t, prefill_chunk, 256, "Entries per prefill message");
-ABSL_FLAG(int32_t, rounds, 5, "Rounds; each runs every mode once");
+ABSL_FLAG(int32_t, rounds, 5,
+          "Rounds; each runs every mode once (ignored with --duration)");
+ABSL_FLAG(absl::Duration, duration, absl::ZeroDuration(),
+          "Run rounds until this much time has passed since the sessions "
+          "started (the round in progress finishes), e.g. 10m for a soak or "
+          "a dashboard demo; 0: --rounds rounds");
 ABSL_FLAG(int32_t, steps_per_round, 200,
           "Decode steps per session, mode and round");
 ABSL_FLAG(double, rate, 0.0,
@@ -937,24 +946,45 @@ absl::Status ProbeEcho(v1::EntroKv::Stub* stub) {
   return absl::OkStatus();
 }
 
-void ProgressLoop(Shared* shared, int64_t total, std::atomic<bool>* stop,
-                  const std::vector<std::string>* phase_names,
-                  std::atomic<int>* phase) {
+// The progress bar: the share of the planned steps done, or with a
+// --duration, of the time passed; and the phase now running.
+struct ProgressPlan {
+  int64_t total_steps = 0;     // Without a duration.
+  absl::Duration duration;     // Zero: none.
+  std::vector<std::string> modes;
+  int rounds = 0;              // Without a duration.
+};
+
+void ProgressLoop(Shared* shared, const ProgressPlan* plan,
+                  std::atomic<bool>* stop, std::atomic<int>* phase) {
   const absl::Time start = absl::Now();
+  const size_t modes = plan->modes.size();
   while (!stop->load()) {
     const int64_t done = shared->done.load();
-    const double fraction = total > 0 ? double(done) / total : 1.0;
+    const absl::Duration elapsed = absl::Now() - start;
+    double fraction =
+        plan->duration > absl::ZeroDuration()
+            ? absl::FDivDuration(elapsed, plan->duration)
+            : (plan->total_steps > 0 ? double(done) / plan->total_steps : 1.0);
+    fraction = std::min(fraction, 1.0);
     const int width = 40;
     const int filled = static_cast<int>(fraction * width);
     const int p = phase->load();
-    std::fprintf(stderr, "\r[%s%s] %5.1f%%  %lld/%lld steps  %.1fs  %s   ",
+    const std::string of_rounds =
+        plan->rounds > 0 ? absl::StrCat("/", plan->rounds) : "";
+    const std::string label =
+        plan->rounds > 0 && p >= plan->rounds * static_cast<int>(modes)
+            ? "done"
+            : absl::StrFormat("round %d%s %s", p / modes + 1, of_rounds,
+                              plan->modes[p % modes]);
+    std::fprintf(stderr, "\r[%s%s] %5.1f%%  %lld%s steps  %.1fs  %s   ",
                  std::string(filled, '=').c_str(),
                  std::string(width - filled, ' ').c_str(), 100 * fraction,
-                 static_cast<long long>(done), static_cast<long long>(total),
-                 absl::ToDoubleSeconds(absl::Now() - start),
-                 p < static_cast<int>(phase_names->size())
-                     ? (*phase_names)[p].c_str()
-                     : "done");
+                 static_cast<long long>(done),
+                 plan->total_steps > 0
+                     ? absl::StrCat("/", plan->total_steps).c_str()
+                     : "",
+                 absl::ToDoubleSeconds(elapsed), label.c_str());
     std::fflush(stderr);
     absl::SleepFor(absl::Milliseconds(200));
   }
@@ -1032,6 +1062,11 @@ int Run() {
   }
   const int threads_count = sessions / batch;
   shared.rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  if (absl::GetFlag(FLAGS_duration) < absl::ZeroDuration()) {
+    std::fprintf(stderr, "--duration %s: must not be negative\n",
+                 absl::FormatDuration(absl::GetFlag(FLAGS_duration)).c_str());
+    return 2;
+  }
   shared.steps_per_round = std::max(1, absl::GetFlag(FLAGS_steps_per_round));
   // Per thread: a thread steps a session, or a batch of them at once.
   shared.per_session_rate = absl::GetFlag(FLAGS_rate) / threads_count;
@@ -1080,17 +1115,15 @@ int Run() {
       shared.modes.end()) {
     const absl::Status echo = ProbeEcho(shared.stub.get());
     if (absl::IsUnimplemented(echo) || absl::IsFailedPrecondition(echo)) {
-      std::fprintf(
-          stderr, "entrokv-loadgen: the server does not serve Echo: %s%s\n",
-          echo.ToString().c_str(),
+      spdlog::warn(
+          "the server does not serve Echo: {}{}", echo.ToString(),
           absl::StrContains(echo.message(), "--enable_echo")
               ? ""
               : " (entrokv-server serves Echo only with --enable_echo)");
       shared.modes.erase(
           std::find(shared.modes.begin(), shared.modes.end(), "echo"));
       if (shared.modes.empty()) return 1;
-      std::fprintf(stderr,
-                   "entrokv-loadgen: running without the echo baseline.\n");
+      spdlog::warn("running without the echo baseline");
     }
   }
   {
@@ -1126,16 +1159,19 @@ int Run() {
     }
   }
 
-  // Phases: [setup] then rounds x modes; each ends at a barrier.
-  std::vector<std::string> phase_names;
-  std::vector<std::string> phase_modes;
-  for (int r = 0; r < shared.rounds; ++r) {
-    for (const std::string& m : shared.modes) {
-      phase_modes.push_back(m);
-      phase_names.push_back(
-          absl::StrFormat("round %d/%d %s", r + 1, shared.rounds, m));
-    }
-  }
+  // Phases: [setup] then rounds x modes; each ends at a barrier. Phase p
+  // runs mode p % modes. With --duration the rounds go on until it has
+  // passed, checked when a round ends (the round in progress finishes).
+  // The barrier's completion step decides, before any thread goes on, so
+  // that every thread sees the same answer.
+  const absl::Duration duration = absl::GetFlag(FLAGS_duration);
+  const size_t modes_per_round = shared.modes.size();
+  const size_t planned_phases =
+      duration > absl::ZeroDuration()
+          ? std::numeric_limits<size_t>::max()
+          : static_cast<size_t>(shared.rounds) * modes_per_round;
+  std::vector<std::string> phase_modes;  // Of the phases completed.
+  std::atomic<bool> last_phase_done{planned_phases == 0};
   std::atomic<int> phase{0};
   std::vector<absl::Time> phase_ends;
   absl::Time phase_start = absl::Now();
@@ -1148,68 +1184,78 @@ int Run() {
       setup_end = now;
     } else {
       phase_ends.push_back(now);
+      phase_modes.push_back(shared.modes[phase_modes.size() % modes_per_round]);
       phase.fetch_add(1);
+    }
+    const size_t done = phase_modes.size();
+    if (done >= planned_phases ||
+        (duration > absl::ZeroDuration() && done % modes_per_round == 0 &&
+         done > 0 && now - setup_end >= duration)) {
+      last_phase_done.store(true);
     }
     phase_start = now;
   };
   std::barrier barrier(threads_count, on_phase_end);
   std::atomic<bool> stop_progress{false};
   std::thread progress;
-  const int64_t total = int64_t{sessions} * shared.steps_per_round *
-                        static_cast<int64_t>(phase_modes.size());
   std::vector<absl::Status> setup_status(threads_count);
   std::vector<std::thread> threads;
   for (int i = 0; i < threads_count; ++i) {
     threads.emplace_back([&, i]() {
       setup_status[i] = runners[i]->SetUp();
       barrier.arrive_and_wait();
-      if (!setup_status[i].ok()) {
-        // Keep the lock step; the steps of sessions that never started are
-        // not sent, counted under the status their start failed with.
-        const std::string code = CodeName(setup_status[i].code());
-        for (size_t p = 0; p < phase_modes.size(); ++p) {
+      for (size_t p = 0; !last_phase_done.load(); ++p) {
+        const std::string& mode = shared.modes[p % modes_per_round];
+        if (!setup_status[i].ok()) {
+          // Keep the lock step; the steps of sessions that never started
+          // are not sent, counted under the status their start failed with.
+          const std::string code = CodeName(setup_status[i].code());
           ModeStats stats;
           stats.not_sent[code] = int64_t{batch} * shared.steps_per_round;
           shared.done.fetch_add(stats.not_sent[code]);
-          {
-            absl::MutexLock lock(&shared.mu);
-            shared.stats[phase_modes[p]].Merge(stats);
-          }
-          barrier.arrive_and_wait();
+          absl::MutexLock lock(&shared.mu);
+          shared.stats[mode].Merge(stats);
+        } else {
+          runners[i]->RunPhase(mode, phase_start);
         }
-      } else {
-        for (size_t p = 0; p < phase_modes.size(); ++p) {
-          runners[i]->RunPhase(phase_modes[p], phase_start);
-          barrier.arrive_and_wait();
-        }
+        barrier.arrive_and_wait();
       }
       // Closes whatever was opened, a failed start included.
       runners[i]->TearDown();
     });
   }
+  ProgressPlan plan;
+  plan.duration = duration;
+  plan.modes = shared.modes;
+  if (duration <= absl::ZeroDuration()) {
+    plan.rounds = shared.rounds;
+    plan.total_steps = int64_t{sessions} * shared.steps_per_round *
+                       static_cast<int64_t>(planned_phases);
+  }
   if (absl::GetFlag(FLAGS_progress)) {
-    progress = std::thread(ProgressLoop, &shared, total, &stop_progress,
-                           &phase_names, &phase);
+    progress = std::thread(ProgressLoop, &shared, &plan, &stop_progress, &phase);
   }
   for (std::thread& t : threads) t.join();
   stop_progress = true;
   if (progress.joinable()) progress.join();
+  const int64_t total = int64_t{sessions} * shared.steps_per_round *
+                        static_cast<int64_t>(phase_modes.size());
 
   int failed = 0;
   absl::MutexLock lock(&shared.mu);
   for (int i = 0; i < threads_count; ++i) {
     if (!setup_status[i].ok()) {
       if (failed++ == 0) {
-        std::fprintf(stderr, "%s %d: %s\n", batch > 1 ? "batch" : "session", i,
-                     setup_status[i].ToString().c_str());
+        spdlog::error("{} {}: {}", batch > 1 ? "batch" : "session", i,
+                      setup_status[i].ToString());
       }
       shared.failures.sessions_not_started[CodeName(setup_status[i].code())] +=
           batch;
     }
   }
   if (failed > 0) {
-    std::fprintf(stderr, "%d of %d %s failed to start\n", failed, threads_count,
-                 batch > 1 ? "batches" : "sessions");
+    spdlog::error("{} of {} {} failed to start", failed, threads_count,
+                  batch > 1 ? "batches" : "sessions");
   }
 
   absl::Time previous = setup_end;
@@ -1228,7 +1274,7 @@ int Run() {
   run.budget = config.budget;
   run.sessions = sessions;
   run.prefill = prefill;
-  run.rounds = shared.rounds;
+  run.rounds = static_cast<int>(phase_modes.size() / modes_per_round);
   run.steps_per_round = shared.steps_per_round;
   run.rate = absl::GetFlag(FLAGS_rate);
   run.client = client_kind;
@@ -1264,9 +1310,31 @@ int Run() {
 int main(int argc, char** argv) {
   entrokv::ParseFlags(
       argc, argv,
-      {"Load test for entrokv-server: N synthetic sessions, decode-step "
-       "latency and throughput side by side with the Echo baseline.\n"
-       "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64",
-       {"client/loadgen/"}});
+      {.usage =
+           "Load test for entrokv-server: N synthetic sessions, decode-step "
+           "latency and throughput side by side with the Echo baseline.\n"
+           "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64\n"
+           "Exit status: 0 when the run completes, 1 on failures with "
+           "--fail_on_error, 2 on bad flags.",
+       .source_dirs = {"client/loadgen/"},
+       .groups = {
+           {"Server", {"target", "tls_root_certs", "tls_cert", "tls_key",
+                       "auth_token_file"}},
+           {"Load",
+            {"mode", "client", "sessions", "batch", "rounds",
+             "steps_per_round", "duration", "rate", "prefill",
+             "prefill_chunk", "pool", "seed"}},
+           {"Session shape and policy",
+            {"layers", "kv_heads", "q_heads", "head_dim", "dtype", "policy",
+             "budget", "block_size", "block_summary", "placement", "sketch",
+             "query_form", "decide_every"}},
+           {"Deadlines", {"step_deadline", "create_deadline", "sync_timeout"}},
+           {"Output", {"json", "progress", "fail_on_error", "log_level"}},
+       }});
+  if (absl::Status status = entrokv::InitLogging(); !status.ok()) {
+    std::fprintf(stderr, "entrokv-loadgen: %s\n",
+                 std::string(status.message()).c_str());
+    return 2;
+  }
   return entrokv::loadgen::Run();
 }

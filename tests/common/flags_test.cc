@@ -66,7 +66,7 @@ TEST_F(FlagsTest, CommandLineBeatsEnvironment) {
   std::vector<char*> argv;
   for (std::string& arg : args) argv.push_back(arg.data());
   const std::vector<char*> rest = ParseFlags(static_cast<int>(argv.size()),
-                                             argv.data(), {"test", {"tests/"}});
+                                             argv.data(), {.usage = "test", .source_dirs = {"tests/"}, .groups = {}, .positional_arguments = true});
   EXPECT_EQ(absl::GetFlag(FLAGS_flags_test_number), 9);
   EXPECT_EQ(absl::GetFlag(FLAGS_flags_test_word), "from-env");
   ASSERT_EQ(rest.size(), 2u);

@@ -302,6 +302,33 @@ TEST_F(LoadgenTest, EveryStepIsEitherAnAnswerOrAFallback) {
       << json.output;
 }
 
+// --duration runs whole rounds until the time has passed: at least that
+// long, every round complete (count = rounds x steps per round), and more
+// rounds than the one --rounds=1 asks for.
+TEST_F(LoadgenTest, RunsRoundsUntilTheDurationHasPassed) {
+  StartServer();
+  std::vector<std::string> args = SmallWorkload(server_->targets()[0]);
+  args.push_back("--mode=entrokv");
+  args.push_back("--duration=1500ms");
+  args.push_back("--json");
+  const absl::Time start = absl::Now();
+  const LoadgenRun run = RunLoadgen(args);
+  const absl::Duration elapsed = absl::Now() - start;
+  EXPECT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_GE(elapsed, absl::Milliseconds(1500));
+  EXPECT_LT(elapsed, absl::Seconds(30));
+  const int64_t rounds = JsonInt(run.output, "rounds");
+  EXPECT_GE(rounds, 2) << run.output;
+  EXPECT_EQ(JsonInt(run.output, "count"), rounds * 20) << run.output;
+  EXPECT_EQ(JsonInt(run.output, "OK"), rounds * 20) << run.output;
+  EXPECT_EQ(server_->registry().size(), 0u);  // Its session was closed.
+
+  args.back() = "--duration=-1s";
+  const LoadgenRun bad = RunLoadgen(args);
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--duration"));
+}
+
 // Echo is off unless the server runs with --enable_echo: the load generator
 // says so and still reports the entrokv mode.
 TEST_F(LoadgenTest, SaysWhenTheServerHasEchoDisabled) {

@@ -181,10 +181,10 @@ TEST_F(MetricsTest, CountsWhatClientsDid) {
 
   // Session a holds 8 entries of 2 layers x 2 kv heads x 16 f32: at least
   // their keys' 8 * 256 bytes, on the CPU.
-  EXPECT_GE(m.Value("entrokv_bytes_held", {{"placement", "cpu"}}).value_or(0),
+  EXPECT_GE(m.Value("entrokv_session_state_bytes", {{"placement", "cpu"}}).value_or(0),
             8 * 2 * 2 * 16 * 4);
-  EXPECT_EQ(m.Value("entrokv_bytes_held", {{"placement", "gpu"}}), 0);
-  EXPECT_EQ(m.Type("entrokv_bytes_held"), "gauge");
+  EXPECT_EQ(m.Value("entrokv_session_state_bytes", {{"placement", "gpu"}}), 0);
+  EXPECT_EQ(m.Type("entrokv_session_state_bytes"), "gauge");
 
   EXPECT_EQ(m.Type("entrokv_rejected_total"), "counter");
   EXPECT_EQ(m.Value("entrokv_rejected_total", {{"method", "Decode"},

@@ -51,6 +51,7 @@
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
 #include "absl/status/status.h"
+#include "absl/strings/cord.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -58,6 +59,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/flags.h"
+#include "common/logging.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/status_macros.h"
 #include "tinyllama/calibrate.h"
@@ -155,6 +157,19 @@ ABSL_FLAG(bool, fidelity, false,
 namespace entrokv::tinyllama {
 namespace {
 
+// Marks `status` as bad input (a flag, or the data files they name): main()
+// exits 2 on it, 1 on any other failure.
+constexpr absl::string_view kBadInputPayload = "entrokv.eval/bad-input";
+
+absl::Status BadInput(absl::Status status) {
+  if (!status.ok()) status.SetPayload(kBadInputPayload, absl::Cord("1"));
+  return status;
+}
+
+bool IsBadInput(const absl::Status& status) {
+  return status.GetPayload(kBadInputPayload).has_value();
+}
+
 struct Run {
   SessionConfig config;  // Budget, policy and variant.
   std::string policy;
@@ -183,8 +198,8 @@ absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& text,
   for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
     int64_t v = 0;
     if (!absl::SimpleAtoi(part, &v) || v <= 0) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("--", flag, ": '", part, "' is not a positive integer"));
+      return BadInput(absl::InvalidArgumentError(absl::StrCat(
+          "--", flag, ": '", part, "' is not a positive integer")));
     }
     values.push_back(v);
   }
@@ -650,11 +665,11 @@ absl::Status Fidelity(const Model& model,
   std::vector<SessionConfig> policies;
   for (const auto& [exact, policy] : pairs) {
     if (VariantLabel(exact) == VariantLabel(policy)) {
-      return absl::InvalidArgumentError(
+      return BadInput(absl::InvalidArgumentError(
           absl::StrCat("--fidelity: the variant flags name exact scoring (",
                        VariantLabel(policy),
                        "); give a sketch, group_sum, scored layers, "
-                       "--decide_every or --block_summary"));
+                       "--decide_every or --block_summary")));
     }
     curves.push_back({exact, {}, ""});
     curves.push_back({policy, {}, ""});
@@ -1033,9 +1048,9 @@ absl::Status Protocol(const Model& model,
           : SplitStories(static_cast<int>(stories.size()),
                          absl::GetFlag(FLAGS_tune), absl::GetFlag(FLAGS_test));
   if (split.test.empty()) {
-    return absl::InvalidArgumentError(
+    return BadInput(absl::InvalidArgumentError(
         absl::StrCat("no test stories: ", stories.size(),
-                     " stories read, --tune ", absl::GetFlag(FLAGS_tune)));
+                     " stories read, --tune ", absl::GetFlag(FLAGS_tune))));
   }
   std::vector<std::vector<int>> tune_stories, test_stories;
   int64_t tune_tokens = 0, test_tokens = 0;
@@ -1505,20 +1520,24 @@ absl::Status Protocol(const Model& model,
 
 absl::Status Main() {
   const std::string data_dir = ResolveDataDir(absl::GetFlag(FLAGS_data));
-  ENTROKV_ASSIGN_OR_RETURN(Model model, Model::Load(ModelPath(data_dir)));
-  ENTROKV_ASSIGN_OR_RETURN(
-      Tokenizer tokenizer,
-      Tokenizer::Load(TokenizerPath(data_dir), model.config().vocab_size));
+  absl::StatusOr<Model> loaded = Model::Load(ModelPath(data_dir));
+  if (!loaded.ok()) return BadInput(loaded.status());
+  Model model = *std::move(loaded);
+  absl::StatusOr<Tokenizer> loaded_tokenizer =
+      Tokenizer::Load(TokenizerPath(data_dir), model.config().vocab_size);
+  if (!loaded_tokenizer.ok()) return BadInput(loaded_tokenizer.status());
+  Tokenizer tokenizer = *std::move(loaded_tokenizer);
   const bool protocol =
       !absl::GetFlag(FLAGS_sweep) && !absl::GetFlag(FLAGS_fidelity);
   int max_stories = absl::GetFlag(FLAGS_stories);
   if (max_stories == 0 && !protocol) max_stories = 20;
   if (max_stories == 0 && absl::GetFlag(FLAGS_quick)) max_stories = 16;
-  ENTROKV_ASSIGN_OR_RETURN(std::vector<std::string> texts,
-                           LoadStories(StoriesPath(data_dir), max_stories));
+  absl::StatusOr<std::vector<std::string>> texts =
+      LoadStories(StoriesPath(data_dir), max_stories);
+  if (!texts.ok()) return BadInput(texts.status());
   std::vector<std::vector<int>> stories;
   int64_t tokens = 0;
-  for (const std::string& text : texts) {
+  for (const std::string& text : *texts) {
     stories.push_back(StoryTokens(tokenizer, text, model.config().seq_len));
     tokens += stories.back().size();
   }
@@ -1532,9 +1551,10 @@ absl::Status Main() {
   ENTROKV_ASSIGN_OR_RETURN(
       std::vector<int64_t> pipelined,
       ParseList(absl::GetFlag(FLAGS_pipelined_budgets), "pipelined_budgets"));
-  ENTROKV_ASSIGN_OR_RETURN(
-      std::vector<PolicyPair> pairs,
-      Policies(model.config(), absl::GetFlag(FLAGS_policies)));
+  absl::StatusOr<std::vector<PolicyPair>> named_pairs =
+      Policies(model.config(), absl::GetFlag(FLAGS_policies));
+  if (!named_pairs.ok()) return BadInput(named_pairs.status());
+  const std::vector<PolicyPair> pairs = *std::move(named_pairs);
   std::vector<SessionConfig> policies;
   for (const PolicyPair& pair : pairs) policies.push_back(pair.variant);
 
@@ -1810,19 +1830,43 @@ absl::Status Main() {
 int main(int argc, char** argv) {
   entrokv::ParseFlags(
       argc, argv,
-      {"Perplexity of stories260K against KV-cache memory for every entrokv "
-       "policy.\n"
-       "  entrokv-eval --inprocess [--threads 2] [--out DIR]   (the protocol: "
-       "tune on stories 1-100, test on 101-227)\n"
-       "  entrokv-eval --inprocess --quick\n"
-       "  entrokv-eval --inprocess --sweep [--stories 20] [--budgets ...]\n"
-       "  entrokv-eval --inprocess --fidelity --sketch project:4 "
-       "[--policies ...] [--targets 32,64]",
-       {"client/examples/tinyllama/"}});
+      {.usage =
+           "Perplexity of stories260K against KV-cache memory for every "
+           "entrokv policy.\n"
+           "  entrokv-eval --inprocess [--threads 2] [--out DIR]   (the "
+           "protocol: tune on stories 1-100, test on 101-227)\n"
+           "  entrokv-eval --inprocess --quick\n"
+           "  entrokv-eval --inprocess --sweep [--stories 20] [--budgets ...]\n"
+           "  entrokv-eval --inprocess --fidelity --sketch project:4 "
+           "[--policies ...] [--targets 32,64]\n"
+           "Exit status: 0 on success, 2 on bad input (flags, or the data "
+           "files they name), 1 when a run fails.",
+       .source_dirs = {"client/examples/tinyllama/"},
+       .groups = {
+           {"Decider", {"inprocess", "server"}},
+           {"Data", {"data", "stories"}},
+           {"Protocol (the default run)",
+            {"tune", "test", "tuning", "tune_target", "targets", "tolerance",
+             "bootstrap", "seed", "quick"}},
+           {"Sweep and fidelity",
+            {"sweep", "budgets", "pipelined_budgets", "fidelity"}},
+           {"Policies and scoring variant",
+            {"policies", "sketch", "query_form", "scored_layers",
+             "decide_every", "block_size", "block_summary",
+             "cadence_scaled_rates"}},
+           {"Output", {"out", "plot", "threads", "progress", "log_level"}},
+       }});
+  if (absl::Status status = entrokv::InitLogging(); !status.ok()) {
+    std::fprintf(stderr, "entrokv-eval: %s\n",
+                 std::string(status.message()).c_str());
+    return 2;
+  }
   const absl::Status status = entrokv::tinyllama::Main();
   if (!status.ok()) {
-    std::fprintf(stderr, "entrokv-eval: %s\n", status.ToString().c_str());
-    return 1;
+    std::fprintf(stderr, "entrokv-eval: %s: %s\n",
+                 absl::StatusCodeToString(status.code()).c_str(),
+                 std::string(status.message()).c_str());
+    return entrokv::tinyllama::IsBadInput(status) ? 2 : 1;
   }
   return 0;
 }
