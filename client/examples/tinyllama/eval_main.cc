@@ -65,6 +65,7 @@
 #include "tinyllama/calibrate.h"
 #include "tinyllama/decider.h"
 #include "tinyllama/evaluator.h"
+#include "tinyllama/progress.h"
 #include "tinyllama/model.h"
 #include "tinyllama/tokenizer.h"
 #ifdef ENTROKV_TINYLLAMA_HAVE_CLIENT
@@ -122,6 +123,10 @@ ABSL_FLAG(std::string, server, "unix:/run/entrokv/entrokv.sock",
 ABSL_FLAG(std::string, out, "eval-out", "Output folder.");
 ABSL_FLAG(int, threads, 1, "Runs evaluated in parallel.");
 ABSL_FLAG(bool, plot, true, "Draw the PNG with gnuplot.");
+ABSL_FLAG(bool, progress, true,
+          "Progress on stderr: runs and stories done, elapsed, ETA of the "
+          "runs under way (redrawn on a terminal, a line every 10 s "
+          "elsewhere).");
 ABSL_FLAG(std::string, sketch, "exact",
           "Variant: keys and queries of every policy as sent: exact, or "
           "project:R (R columns of a seeded orthonormal projection, R <= "
@@ -156,6 +161,9 @@ ABSL_FLAG(bool, fidelity, false,
 
 namespace entrokv::tinyllama {
 namespace {
+
+// The progress of this process's runs; null with --progress=false.
+EvalProgress* progress = nullptr;
 
 // Marks `status` as bad input (a flag, or the data files they name): main()
 // exits 2 on it, 1 on any other failure.
@@ -321,6 +329,9 @@ absl::Status Evaluate(const Model& model,
   EvaluateOptions options;
   options.lag = run->lag;
   options.record_evictions = run->record_evictions;
+  if (progress != nullptr) {
+    progress->RunStarted(static_cast<int64_t>(stories.size()));
+  }
   for (const std::vector<int>& tokens : stories) {
     std::unique_ptr<DeciderSession> session;
     if (decider != nullptr) {
@@ -340,7 +351,9 @@ absl::Status Evaluate(const Model& model,
     run->story_tokens.push_back(r.predicted);
     if (run->record_evictions)
       run->evicted_at.push_back(std::move(r.evicted_at));
+    if (progress != nullptr) progress->StoryDone();
   }
+  if (progress != nullptr) progress->RunDone();
   run->seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
           .count();
@@ -1519,6 +1532,15 @@ absl::Status Protocol(const Model& model,
 }
 
 absl::Status Main() {
+  std::unique_ptr<EvalProgress> shown;
+  if (absl::GetFlag(FLAGS_progress)) shown = EvalProgress::OnStderr();
+  progress = shown.get();
+  struct EndLine {
+    ~EndLine() {
+      if (progress != nullptr) progress->Finish();
+      progress = nullptr;
+    }
+  } end_line;
   const std::string data_dir = ResolveDataDir(absl::GetFlag(FLAGS_data));
   absl::StatusOr<Model> loaded = Model::Load(ModelPath(data_dir));
   if (!loaded.ok()) return BadInput(loaded.status());
