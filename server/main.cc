@@ -92,7 +92,8 @@ ABSL_FLAG(bool, allow_insecure_tcp, false,
           "Allow a plaintext TCP API listener on a non-loopback address "
           "(anyone who reaches it can create, list and close sessions)");
 ABSL_FLAG(bool, enable_reflection, false,
-          "Serve gRPC server reflection on the API listeners");
+          "Serve gRPC server reflection (grpc.reflection.v1 and v1alpha) on "
+          "the API listeners");
 ABSL_FLAG(std::string, socket_mode, "0660",
           "Octal mode of each unix socket, set right after bind");
 ABSL_FLAG(std::string, socket_group, "",

@@ -18,6 +18,7 @@
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #endif
 #include "grpcpp/health_check_service_interface.h"
+#include "server/reflection_v1.h"
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/resource_quota.h"
 #include "grpcpp/security/server_credentials.h"
@@ -370,7 +371,15 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
 
   std::vector<std::string> services = {kServiceName};
   if (options.enable_reflection) {
+#ifdef ENTROKV_HAVE_REFLECTION
     services.push_back("grpc.reflection.v1alpha.ServerReflection");
+#endif
+    services.push_back("grpc.reflection.v1.ServerReflection");
+    // What list_services answers: these and the health service.
+    std::vector<std::string> listed = services;
+    listed.push_back("grpc.health.v1.Health");
+    server->reflection_v1_ =
+        std::make_unique<ReflectionV1Service>(std::move(listed));
   }
   server->grpc_metrics_ = std::make_unique<GrpcServerMetrics>(
       GrpcServerMetrics::MethodsOf(services));
@@ -409,6 +418,9 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     builder.AddListeningPort(options.listen[i], credentials[i], &ports[i]);
   }
   builder.RegisterService(server->service_.get());
+  if (server->reflection_v1_ != nullptr) {
+    builder.RegisterService(server->reflection_v1_.get());
+  }
   {
     // Unix sockets are created owner-only, then given socket_mode: never
     // wider than asked, not even for a moment. (umask is per process; no

@@ -150,6 +150,7 @@ class Server {
   // RPC metrics of the API server (its interceptor); outlives grpc_server_.
   std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   std::unique_ptr<EntroKvService> service_;
+  std::unique_ptr<grpc::Service> reflection_v1_;  // With enable_reflection.
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> targets_;
   // Answers UNIMPLEMENTED for all but health on the health-only listener

@@ -412,6 +412,8 @@ grpc::Status EmptyStreamCall(grpc::Channel* channel, const char* method) {
 
 constexpr char kReflection[] =
     "/grpc.reflection.v1alpha.ServerReflection/ServerReflectionInfo";
+constexpr char kReflectionV1[] =
+    "/grpc.reflection.v1.ServerReflection/ServerReflectionInfo";
 
 TEST_F(SecurityTest, ReflectionIsOffByDefaultAndBehindTheTokenWhenOn) {
   {
@@ -419,6 +421,8 @@ TEST_F(SecurityTest, ReflectionIsOffByDefaultAndBehindTheTokenWhenOn) {
     auto channel = grpc::CreateChannel(server_->targets()[0],
                                        grpc::InsecureChannelCredentials());
     EXPECT_EQ(EmptyStreamCall(channel.get(), kReflection).error_code(),
+              grpc::StatusCode::UNIMPLEMENTED);
+    EXPECT_EQ(EmptyStreamCall(channel.get(), kReflectionV1).error_code(),
               grpc::StatusCode::UNIMPLEMENTED);
     server_.reset();
   }
@@ -430,6 +434,8 @@ TEST_F(SecurityTest, ReflectionIsOffByDefaultAndBehindTheTokenWhenOn) {
   auto channel = grpc::CreateChannel(server_->targets()[0],
                                      grpc::InsecureChannelCredentials());
   EXPECT_EQ(EmptyStreamCall(channel.get(), kReflection).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(EmptyStreamCall(channel.get(), kReflectionV1).error_code(),
             grpc::StatusCode::UNAUTHENTICATED);
   unlink(token_file.c_str());
 }
