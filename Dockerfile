@@ -93,7 +93,7 @@ RUN --mount=type=cache,target=/root/.ccache \
 # every shared library they load; the runtime stage installs exactly those.
 RUN set -e; \
     mkdir -p /stage/usr/local/bin; \
-    install -s -m 0755 /src/build/server/entrokv-server /src/build/client/loadgen/entrokv-loadgen \
+    install -s -m 0755 /src/build/server/entrokv-server /src/build/tools/loadgen/entrokv-loadgen \
       /stage/usr/local/bin/; \
     for bin in /stage/usr/local/bin/*; do ldd "$bin"; done \
       | awk '$2 == "=>" && $3 ~ /^\// { print $3 }' | sort -u \

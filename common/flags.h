@@ -38,7 +38,7 @@ struct ProgramInfo {
   // What the program does and how to call it (absl::SetProgramUsageMessage).
   std::string usage;
   // Folders, relative to the repository root and ending in '/'
-  // ("server/", "client/loadgen/"), that define the program's own flags.
+  // ("server/", "tools/loadgen/"), that define the program's own flags.
   // "common/" (the shared --log_level) is always one of them. A flag of
   // these folders that no group names is listed under "Other".
   std::vector<std::string> source_dirs;
@@ -54,7 +54,7 @@ std::string FlagEnvironmentName(absl::string_view flag_name);
 
 // `path` (a source file name as __FILE__ gave it to Abseil) relative to the
 // repository root: "/work/x/server/main.cc" -> "server/main.cc",
-// "../../client/loadgen/loadgen_main.cc" -> "client/loadgen/loadgen_main.cc".
+// "../../tools/loadgen/loadgen_main.cc" -> "tools/loadgen/loadgen_main.cc".
 std::string NormalizeSourcePath(absl::string_view path);
 
 // Applies ENTROKV_* environment variables, then parses argv (see above).

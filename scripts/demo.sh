@@ -37,7 +37,7 @@ done
 [ -S "$socket" ] || { echo "demo: the server did not start"; cat "$run_dir/server.log"; exit 1; }
 echo "demo: entrokv-server is listening on unix:$socket"
 
-"$build/client/loadgen/entrokv-loadgen" --target "unix:$socket" \
+"$build/tools/loadgen/entrokv-loadgen" --target "unix:$socket" \
   --sessions 8 --prefill 1024 --rounds 3 --steps_per_round 200 \
   --layers 4 --q_heads 8 --kv_heads 2 --head_dim 64 --dtype f16 \
   --policy entropy --budget 1024 "$@"

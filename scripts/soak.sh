@@ -26,7 +26,7 @@ duration=600
 sessions=1000
 rate=1000
 server_bin=build/server/entrokv-server
-loadgen_bin=build/client/loadgen/entrokv-loadgen
+loadgen_bin=build/tools/loadgen/entrokv-loadgen
 out=""
 settle=60
 while [[ $# -gt 0 ]]; do

@@ -75,8 +75,8 @@ TEST_F(FlagsTest, CommandLineBeatsEnvironment) {
 
 TEST_F(FlagsTest, SourcePathsAreRelativeToTheRepository) {
   EXPECT_EQ(NormalizeSourcePath("../server/main.cc"), "server/main.cc");
-  EXPECT_EQ(NormalizeSourcePath("../../client/loadgen/loadgen_main.cc"),
-            "client/loadgen/loadgen_main.cc");
+  EXPECT_EQ(NormalizeSourcePath("../../tools/loadgen/loadgen_main.cc"),
+            "tools/loadgen/loadgen_main.cc");
   EXPECT_EQ(NormalizeSourcePath(ENTROKV_SOURCE_ROOT "server/main.cc"),
             "server/main.cc");
   EXPECT_EQ(NormalizeSourcePath("/build/abseil-cpp-x/absl/flags/parse.cc"),

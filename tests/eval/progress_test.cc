@@ -1,4 +1,4 @@
-// entrokv-eval's progress line (client/examples/tinyllama/progress.h), with a
+// entrokv-eval's progress line (eval/tinyllama/progress.h), with a
 // fake clock: what it counts, its ETA, and how often it writes.
 
 #include "tinyllama/progress.h"

@@ -1,6 +1,6 @@
 """Cross-language conformance of the PyTorch engine
 (client/examples/torch_tinyllama, through the Python client and a real server)
-with the C++ engine (client/examples/tinyllama, core deciding in process):
+with the C++ engine (eval/tinyllama, core deciding in process):
 the same tokens, teacher-forced NLL equal within float tolerance, and the same
 eviction sequence (for every position, the first position that no longer
 attends it) for window and streaming, whose rankings do not depend on float
@@ -43,8 +43,8 @@ def data():
 def cpp_reference():
     return build_cpp_reference(
         "tinyllama_ref.cc",
-        ["client/examples/tinyllama/libentrokv_tinyllama.a",
-         "sim/libentrokv_sim_variant.a", "core/libentrokv_core.a"],
+        ["eval/tinyllama/libentrokv_tinyllama.a",
+         "eval/sim/libentrokv_sim_variant.a", "core/libentrokv_core.a"],
         includes=("core/include", "client/examples", "sim"))
 
 

@@ -1,7 +1,7 @@
 """stories260K in PyTorch, with a KV cache that really frees the slots entrokv
 names, driven through the entrokv Python client.
 
-The PyTorch counterpart of client/examples/tinyllama (C++): the same llama2.c
+The PyTorch counterpart of eval/tinyllama (C++): the same llama2.c
 checkpoint and tokenizer (../shared/data/tinystories), the same forward pass
 (RMSNorm eps 1e-5, RoPE from the checkpoint's freq_cis tables, GQA attention over
 the live cache entries in append order, SwiGLU, shared classifier), the same cache

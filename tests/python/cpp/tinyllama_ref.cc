@@ -1,7 +1,7 @@
 // The C++ engine's results for tests/python/test_torch_tinyllama.py: per story,
 // its token ids, teacher-forced NLL and, per position, the first position whose
 // token no longer attends it (evicted_at), with entrokv core deciding in
-// process (client/examples/tinyllama).
+// process (eval/tinyllama).
 //
 // Usage: tinyllama_ref DATA_DIR POLICY|full BUDGET STORIES MAX_TOKENS
 // Prints per story: "T id...", "N nll_sum(%.17g) live_sum", "E evicted_at...".

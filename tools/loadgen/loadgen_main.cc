@@ -1316,7 +1316,7 @@ int main(int argc, char** argv) {
            "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64\n"
            "Exit status: 0 when the run completes, 1 on failures with "
            "--fail_on_error, 2 on bad flags.",
-       .source_dirs = {"client/loadgen/"},
+       .source_dirs = {"tools/loadgen/"},
        .groups = {
            {"Server", {"target", "tls_root_certs", "tls_cert", "tls_key",
                        "auth_token_file"}},

@@ -1863,7 +1863,7 @@ int main(int argc, char** argv) {
            "[--policies ...] [--targets 32,64]\n"
            "Exit status: 0 on success, 2 on bad input (flags, or the data "
            "files they name), 1 when a run fails.",
-       .source_dirs = {"client/examples/tinyllama/"},
+       .source_dirs = {"eval/tinyllama/"},
        .groups = {
            {"Decider", {"inprocess", "server"}},
            {"Data", {"data", "stories"}},
