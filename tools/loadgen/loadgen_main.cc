@@ -60,10 +60,11 @@ ABSL_FLAG(std::string, mode, "both",
           "entrokv, echo, or both (interleaved); echo needs a server started "
           "with --enable_echo (without it, both runs entrokv alone and says "
           "so)");
-ABSL_FLAG(std::string, client, "sync",
-          "Decode client: sync (generated stubs, a blocking stream per "
-          "session), library (entrokv::Session, its sync stream) or "
-          "library-callback (entrokv::Session on the callback API)");
+ABSL_FLAG(std::string, client, "library",
+          "Decode client: library (the default: entrokv::Session, as engines "
+          "run it, on its sync stream), library-callback (entrokv::Session on "
+          "the callback API) or sync (raw transport: generated stubs, a "
+          "blocking stream per session, no client library)");
 ABSL_FLAG(int32_t, sessions, 8, "Concurrent sessions (one thread each)");
 ABSL_FLAG(int32_t, prefill, 1024, "Entries appended before the decode steps");
 ABSL_FLAG(int32_t, prefill_chunk, 256, "Entries per prefill message");
