@@ -119,7 +119,8 @@ class CheckManifestsTest(unittest.TestCase):
 
     def test_link_outside_the_repository(self):
         with open(os.path.join(self.tmp, "deploy/README.md"), "a") as f:
-            f.write("\nSee [the toolchain](../../shared/TOOLCHAIN.md).\n")
+            # A link that climbs out of the checkout (the checker must flag it).
+            f.write("\nSee [the notes](../../../elsewhere/NOTES.md).\n")
         self.assertFlags(r"outside the repository")
 
     def test_broken_yaml(self):
