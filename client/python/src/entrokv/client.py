@@ -37,7 +37,6 @@ from __future__ import annotations
 
 import collections
 import functools
-import logging
 import math
 import os
 import queue
@@ -58,6 +57,7 @@ from .errors import (SERVER_SIDE, EntroKvError, code_of, failed_precondition,
                      invalid)
 from .live_set import LiveSet, StreamingRule
 from .sketch import Sketcher
+from .state_log import StateLog
 from .vectors import as_vector, convert, entropy_of_logits, to_float32
 
 DEFAULT_TARGET = "unix:/run/entrokv/entrokv.sock"
@@ -144,57 +144,6 @@ class _BearerToken(grpc.UnaryUnaryClientInterceptor,
     def intercept_stream_stream(self, continuation, client_call_details,
                                 request_iterator):
         return continuation(self._details(client_call_details), request_iterator)
-
-
-# The client's messages about its sessions' link to the sidecar.
-_log = logging.getLogger("entrokv")
-# Each kind of message is written at most once per this many seconds per
-# Client (as C++'s ClientOptions::log).
-STATE_LOG_EVERY = 10.0
-
-
-class _StateLog:
-    """Warnings when a session loses the sidecar or is created offline, and
-    a note when one is decided by the sidecar again, each kind at most once
-    per STATE_LOG_EVERY per Client, the next saying how many were held back.
-    Thread-safe."""
-
-    def __init__(self) -> None:
-        self._lock = threading.Lock()
-        self._last = {}  # kind -> [time written, held back]
-
-    def degraded(self, why: EntroKvError, recovers: bool) -> None:
-        self._write("degraded", logging.WARNING,
-                    f"a session lost the sidecar ({why}); {self._outlook(recovers)}")
-
-    def offline(self, why: EntroKvError, recovers: bool) -> None:
-        self._write("offline", logging.WARNING,
-                    f"a session was created offline ({why}); "
-                    f"{self._outlook(recovers)}")
-
-    def recovered(self) -> None:
-        self._write("recovered", logging.INFO,
-                    "a session is decided by the sidecar again")
-
-    @staticmethod
-    def _outlook(recovers: bool) -> str:
-        if recovers:
-            return "its steps are decided locally until it recovers"
-        return ("its steps are decided locally for the rest of its life "
-                "(no live_keys callback)")
-
-    def _write(self, kind: str, level: int, text: str) -> None:
-        now = time.monotonic()
-        with self._lock:
-            last = self._last.setdefault(kind, [-math.inf, 0])
-            if now - last[0] < STATE_LOG_EVERY:
-                last[1] += 1
-                return
-            held_back = last[1]
-            last[0], last[1] = now, 0
-        if held_back:
-            text += f" (and {held_back} more like it since the last such message)"
-        _log.log(level, "entrokv client: %s", text)
 
 
 # grpc_connectivity_state values, as the channel reports them.
@@ -1061,7 +1010,7 @@ class Client:
     Logging: the logger "entrokv" gets a WARNING when a session loses the
         sidecar (degrades) or is created offline, saying whether it will
         recover (live_keys) or stay local, and an INFO when one is decided
-        by the sidecar again; each kind at most once per STATE_LOG_EVERY
+        by the sidecar again; each kind at most once per state_log.EVERY
         (10 s) per Client, the next saying how many were held back.
     Constructing it does not contact the server. Raises INVALID_ARGUMENT for
     an empty target, a bad deadline or reconnect setting, a client
@@ -1131,7 +1080,7 @@ class Client:
         # grpc future is cancelled when it is garbage-collected.
         self._background: set = set()
         self._poking = None  # The health call of _poke, while in flight.
-        self._state_log = _StateLog()
+        self._state_log = StateLog()
 
     def _register(self, counters: SessionCounters) -> None:
         with self._lock:
