@@ -15,8 +15,9 @@ from .config import (AffinityParams, EntropyBudgetParams, Protection,
                      SessionConfig, Shape, apply_policy_name,
                      default_scored_layers, policy_needs_entropy,
                      validate_config)
-from .client import (BatchStep, Client, DecodeBatch, ServerInfo, Session,
-                     SessionCounters, SessionInfo, SessionStats, StepOutcome)
+from .batch import BatchStep, DecodeBatch
+from .client import (Client, ServerInfo, Session, SessionCounters, SessionInfo,
+                     SessionStats, StepOutcome)
 from .errors import EntroKvError
 from .live_set import LiveSet, StreamingRule
 from .sketch import Sketcher, default_projection, splitmix64

@@ -44,8 +44,8 @@ import random
 import threading
 import time
 from dataclasses import dataclass, field, fields
-from typing import (Any, Callable, Deque, List, Optional, Sequence, Tuple,
-                    Union)
+from typing import (TYPE_CHECKING, Any, Callable, Deque, List, Optional,
+                    Sequence, Tuple, Union)
 
 import grpc
 import numpy as np
@@ -59,6 +59,9 @@ from .live_set import LiveSet, StreamingRule
 from .sketch import Sketcher
 from .state_log import StateLog
 from .vectors import as_vector, convert, entropy_of_logits, to_float32
+
+if TYPE_CHECKING:  # batch.py imports this module.
+    from .batch import BatchStep, DecodeBatch
 
 DEFAULT_TARGET = "unix:/run/entrokv/entrokv.sock"
 DEFAULT_STEP_DEADLINE = 0.1  # seconds
@@ -1205,6 +1208,7 @@ class Client:
         """A batch of sessions that step together: one message (one round
         trip) per decode iteration, whatever the batch size. Opens its
         stream; does not wait for the server."""
+        from .batch import DecodeBatch  # batch.py builds on this module.
         return DecodeBatch(self)
 
     def attach(self, session_id: str, *, live_slots: Sequence[int] = (),
@@ -1352,127 +1356,3 @@ class Client:
                         b"", timeout=_POKE_TIMEOUT, wait_for_ready=True)
             except Exception:  # pragma: no cover - best effort
                 self._poking = None
-
-
-# --- DecodeBatch ---------------------------------------------------------------
-
-
-@dataclass
-class BatchStep:
-    """One session's step in a DecodeBatch.step call (the arguments of
-    Session.step)."""
-
-    session: Session
-    slot_ids: Any
-    keys: Any
-    queries: Any = None
-    entropy: Optional[float] = None
-    logits: Any = None
-    pinned: Any = None
-
-
-class DecodeBatch:
-    """The steps of many sessions in one Decode message (batch.h).
-
-    Sessions created through it are attached to its stream and step only
-    through ``step()``; close(), counters() and live_slots() work as usual.
-    Each entry is validated and fails on its own; the deadline of a message
-    is the smallest step_deadline of the sessions in it. When it passes or
-    the stream breaks, every session in the message decides locally and is
-    degraded (they share the stream, which is then ended; the next message
-    goes on a new one, which recovered sessions attach to). One
-    message carries at most the server's --max_steps_per_message steps
-    (1024 by default): split larger decode batches over several batches.
-    Used by one thread at a time.
-    """
-
-    def __init__(self, client: Client) -> None:
-        self._client = client
-        self._stream = _Stream(client._stub)
-        self._ended = False
-        # Counts the streams that ended: a session attached to an earlier
-        # one is no longer attached.
-        self._generation = 0
-
-    def _live_stream(self) -> _Stream:
-        """The batch's stream; a new one when the last one ended."""
-        if self._ended:
-            self._stream = _Stream(self._client._stub)
-            self._ended = False
-        return self._stream
-
-    def _end_stream(self) -> None:
-        # A late response must never be read as the answer to a later
-        # message: the stream goes, and with it every attachment to it.
-        self._stream.cancel()
-        self._ended = True
-        self._generation += 1
-
-    def create_session(self, config: Union[SessionConfig, str, None] = None,
-                       **kwargs: Any) -> Session:
-        """As Client.create_session, the session attached to this batch's
-        stream (an unreachable server gives an offline session)."""
-        session = self._client.create_session(config, _batch=self, **kwargs)
-        session._batch = self
-        return session
-
-    def step(self, steps: Sequence[BatchStep]) -> List[Union[StepOutcome, EntroKvError]]:
-        """Sends one step per entry (each session at most once) in one
-        message; returns, in order, each step's outcome or its error."""
-        out: List[Union[StepOutcome, EntroKvError]] = [
-            EntroKvError.internal("entrokv: not stepped")] * len(steps)
-        message = pb2.DecodeRequest()
-        index = [-1] * len(steps)
-        prepared = [False] * len(steps)
-        generation_at_start = self._generation
-        seen = set()
-        deadline = math.inf
-        for i, st in enumerate(steps):
-            session = st.session
-            if not isinstance(session, Session) or session._batch is not self:
-                out[i] = invalid(f"steps[{i}].session: not a session of this DecodeBatch")
-                continue
-            if id(session) in seen:
-                out[i] = invalid(f"steps[{i}].session: appears twice in the batch")
-                continue
-            seen.add(id(session))
-            wire = message.steps.add()
-            try:
-                sent = session._prepare_batched(st, wire)
-            except EntroKvError as e:
-                del message.steps[-1]
-                out[i] = e
-                continue
-            if not sent:
-                del message.steps[-1]
-            prepared[i] = True
-            if sent:
-                index[i] = len(message.steps) - 1
-                deadline = min(deadline, session._step_deadline)
-        response, error = None, None
-        if self._generation != generation_at_start:
-            # A recovery's attach failed above and ended the stream the
-            # sessions prepared before it were attached to.
-            error = EntroKvError(
-                grpc.StatusCode.UNAVAILABLE,
-                "entrokv: the DecodeBatch's stream ended while the step was prepared")
-        elif len(message.steps) > 0:
-            until = time.monotonic() + deadline
-            stream = self._live_stream()
-            stream.send(message)
-            try:
-                response = stream.next(until)
-            except EntroKvError as e:
-                error = e
-            if error is not None or len(response.results) != len(message.steps):
-                self._end_stream()
-        else:
-            error = EntroKvError(grpc.StatusCode.UNAVAILABLE, "entrokv: nothing was sent")
-        for i, st in enumerate(steps):
-            if not prepared[i]:
-                continue
-            try:
-                out[i] = st.session._collect_batched(response, error, index[i])
-            except EntroKvError as e:
-                out[i] = e
-        return out
