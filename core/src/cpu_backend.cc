@@ -122,6 +122,7 @@ bool CpuSession::Reserve(int64_t needed) {
       std::memcpy(grown.get() + plane * new_cap * row,
                   keys_.get() + plane * capacity_ * row,
                   static_cast<size_t>(live() * row));
+      counters_.bytes_copied += live() * row;
     }
   }
   keys_ = std::move(grown);
@@ -155,6 +156,7 @@ void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
         norm_sum += std::sqrt(sq);
       }
     }
+    counters_.bytes_copied += s.key_elements() * esize_;
     table_.Append(input.append.slot_ids[e],
                   !input.append.pinned.empty() && input.append.pinned[e] != 0);
     key_norm_.push_back(norm_sum /
@@ -176,6 +178,8 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
   for (size_t i = 0; i < step.queries.size(); ++i) {
     scaled_queries_[i] = step.queries[i] * scale;
   }
+  counters_.bytes_copied +=
+      static_cast<int64_t>(scaled_queries_.size() * sizeof(float));
   const double inv_rows = 1.0 / static_cast<double>(rows);
   ScoreArgs args{.type = s.element_type,
                  .keys = keys_.get(),
@@ -203,6 +207,8 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
         for (int64_t j = 0; j < d; ++j) summed_queries_[lk * d + j] += q[j];
       }
     }
+    counters_.bytes_copied +=
+        static_cast<int64_t>(summed_queries_.size() * sizeof(float));
     mean_logit_.assign(static_cast<size_t>(n), 0.0);
     ScoreArgs summed = args;
     summed.group = 1;
@@ -234,6 +240,7 @@ void CpuSession::RemovePositions(std::vector<int32_t>* positions) {
                     static_cast<size_t>(row));
       }
     }
+    counters_.bytes_copied += int64_t{s.layers} * s.kv_heads * row;
     key_norm_[m.dst] = key_norm_[m.src];
     affinity_[m.dst] = affinity_[m.src];
     h2o_acc_[m.dst] = h2o_acc_[m.src];
@@ -263,6 +270,7 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                      live() + decoded_.appended, " entries"));
   }
   // Validated: from here on the step cannot fail.
+  counters_.bytes_copied += decoded_.bytes_written;
   Append(input, decoded_);
   const int64_t n = live();
   const Ranking ranking = config_.ranking;

@@ -62,6 +62,7 @@ class CadenceLayer final : public SessionState {
     s.live += pending;
     s.appended += pending;
     s.bytes_held += PendingBytes();
+    s.bytes_copied += bytes_copied_;
     s.peak_live = peak_live_;
     s.steps = steps_;
     s.last_step = last_step_;
@@ -98,6 +99,7 @@ class CadenceLayer final : public SessionState {
 
   // Scratch.
   DecodedStep decoded_;
+  int64_t bytes_copied_ = 0;  // SessionStats::bytes_copied, this layer's.
 };
 
 namespace {
@@ -157,6 +159,8 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
     }
     pending_keys_.insert(pending_keys_.end(), input.append.keys.begin(),
                          input.append.keys.end());
+    bytes_copied_ += decoded_.bytes_written +
+                     static_cast<int64_t>(input.append.keys.size());
     ++steps_;
     last_step_ = input.step;
     peak_live_ = std::max(peak_live_, live + n);
@@ -206,6 +210,8 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
     return st;
   }
   result->deferred = false;
+  bytes_copied_ += decoded_.bytes_written +
+                   static_cast<int64_t>(pending_keys_.size() - pending_key_bytes);
   for (uint64_t id : input.append.slot_ids) live_slots_.insert(id);
   for (uint64_t id : result->evicted) live_slots_.erase(id);
   pending_ids_.clear();
@@ -249,6 +255,7 @@ class BlockSummaryLayer final : public SessionState {
     s.evicted = evicted_;
     s.budget = s.budget * block_;
     s.bytes_held += PartialBytes();
+    s.bytes_copied += bytes_copied_;
     return s;
   }
 
@@ -291,6 +298,7 @@ class BlockSummaryLayer final : public SessionState {
 
   // Scratch.
   DecodedStep decoded_;
+  int64_t bytes_copied_ = 0;  // SessionStats::bytes_copied, this layer's.
   std::vector<float> tokens_;  // Partial + new tokens' keys, decoded.
   std::vector<uint64_t> token_ids_;
   std::vector<uint8_t> token_pinned_;
@@ -380,6 +388,13 @@ absl::Status BlockSummaryLayer::Step(const StepInput& input, StepResult* result,
                          token_pinned_.end());
   partial_keys_.assign(tokens_.begin() + full * block_ * key_elements_,
                        tokens_.end());
+  // Decoded tokens, the token copies, each block's mean in float and in the
+  // element type, and the new partial block.
+  bytes_copied_ +=
+      decoded_.bytes_written +
+      static_cast<int64_t>((tokens_.size() + partial_keys_.size()) *
+                           sizeof(float)) +
+      full * key_elements_ * (static_cast<int64_t>(sizeof(float)) + esize);
   for (uint64_t id : input.append.slot_ids) live_slots_.insert(id);
   appended_ += n;
   peak_live_ = std::max(peak_live_, live_tokens());

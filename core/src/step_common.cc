@@ -157,6 +157,8 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
     return absl::InvalidArgumentError(absl::StrCat(
         "queries: ", DescribeBad(out->queries[bad]), " at element ", bad));
   }
+  out->bytes_written = static_cast<int64_t>(
+      (out->keys.size() + out->queries.size()) * sizeof(float));
   out->appended = n;
   out->entropy = entropy;
   out->has_entropy = has_entropy;

@@ -63,6 +63,7 @@ struct StepCounters {
     s.evicted = evicted;
     s.budget = last_budget;
     s.bytes_held = live * bytes_per_entry;
+    s.bytes_copied = bytes_copied;
     s.placement = placement;
     return s;
   }
@@ -72,6 +73,7 @@ struct StepCounters {
   int64_t peak_live = 0;
   int64_t evicted = 0;
   int64_t last_budget;
+  int64_t bytes_copied = 0;  // SessionStats::bytes_copied.
 };
 
 // A validated step, decoded to floats.
@@ -79,6 +81,7 @@ struct DecodedStep {
   int64_t appended = 0;        // New entries.
   std::vector<float> keys;     // appended × key_elements, decoded.
   std::vector<float> queries;  // query_elements, decoded.
+  int64_t bytes_written = 0;   // Bytes decoded into keys and queries.
   double entropy = 0.0;        // H used (0 when none was given).
   bool has_entropy = false;
   bool has_queries = false;  // False only on a step without a decision.

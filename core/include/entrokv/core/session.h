@@ -78,6 +78,12 @@ struct SessionStats {
   int64_t evicted = 0;   // Entries ever evicted.
   int64_t budget = 0;    // Budget of the last step (config budget before any).
   int64_t bytes_held = 0;
+  // Bytes of key and query data the steps have written, in any form, into
+  // buffers: decoded copies, scaled and summed queries, pending and partial
+  // blocks, staging buffers, key storage (appends, growth and compaction)
+  // and host-to-device copies. Bytes only read in place are not counted.
+  // docs/design.md, "One path for the bytes".
+  int64_t bytes_copied = 0;
   Placement placement = Placement::kCpu;  // kCpu or kGpu: where it lives.
 };
 
