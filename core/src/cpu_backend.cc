@@ -62,8 +62,11 @@ class CpuSession final : public SessionState {
   // Grows key storage to hold `needed` entries; false when the allocation
   // fails (nothing changes then).
   bool Reserve(int64_t needed);
-  void Append(const StepInput& input, const DecodedStep& step);
-  void Score(const DecodedStep& step, bool need_mean, bool need_attention);
+  // Appends the step's `n` validated entries.
+  void Append(const StepInput& input, int64_t n);
+  // Scales `queries` in place by 1/sqrt(head_dim) and scores every live
+  // entry with them.
+  void Score(std::vector<float>* queries, bool need_mean, bool need_attention);
   void RemovePositions(std::vector<int32_t>* positions);
   std::byte* KeyAt(int32_t layer, int32_t kv, int64_t pos) {
     const Shape& s = config_.shape;
@@ -93,7 +96,6 @@ class CpuSession final : public SessionState {
 
   // Scratch reused across steps.
   DecodedStep decoded_;
-  std::vector<float> scaled_queries_;
   std::vector<float> summed_queries_;
   std::vector<float> z_;
   std::vector<double> mean_logit_;
@@ -130,16 +132,14 @@ bool CpuSession::Reserve(int64_t needed) {
   return true;
 }
 
-void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
+void CpuSession::Append(const StepInput& input, int64_t n) {
   const Shape& s = config_.shape;
-  const int64_t n = step.appended;
   const int32_t d = s.vector_dim();
   const int64_t row = int64_t{d} * esize_;
   for (int64_t e = 0; e < n; ++e) {
     const int32_t pos = static_cast<int32_t>(live());
     const std::byte* src =
         input.append.keys.data() + e * s.key_elements() * esize_;
-    const float* decoded = step.keys.data() + e * s.key_elements();
     double norm_sum = 0.0;
     for (int32_t l = 0; l < s.layers; ++l) {
       for (int32_t kv = 0; kv < s.kv_heads; ++kv) {
@@ -148,12 +148,7 @@ void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
                     static_cast<size_t>(row));
         if (config_.ranking != Ranking::kKeyNorm)
           continue;  // Only it reads norms.
-        double sq = 0.0;
-        for (int32_t j = 0; j < d; ++j) {
-          const double v = decoded[off * d + j];
-          sq += v * v;
-        }
-        norm_sum += std::sqrt(sq);
+        norm_sum += std::sqrt(SquaredNorm(s.element_type, src + off * row, d));
       }
     }
     counters_.bytes_copied += s.key_elements() * esize_;
@@ -167,19 +162,14 @@ void CpuSession::Append(const StepInput& input, const DecodedStep& step) {
   }
 }
 
-void CpuSession::Score(const DecodedStep& step, bool need_mean,
+void CpuSession::Score(std::vector<float>* queries, bool need_mean,
                        bool need_attention) {
   const Shape& s = config_.shape;
   const int64_t n = live();
   // s_i and a_i average over every (layer, q head), whatever the query form.
   const int64_t rows = int64_t{s.layers} * s.q_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  scaled_queries_.resize(step.queries.size());
-  for (size_t i = 0; i < step.queries.size(); ++i) {
-    scaled_queries_[i] = step.queries[i] * scale;
-  }
-  counters_.bytes_copied +=
-      static_cast<int64_t>(scaled_queries_.size() * sizeof(float));
+  for (float& q : *queries) q *= scale;
   const double inv_rows = 1.0 / static_cast<double>(rows);
   ScoreArgs args{.type = s.element_type,
                  .keys = keys_.get(),
@@ -189,7 +179,7 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
                  .group = s.group_size(),
                  .head_dim = s.vector_dim(),
                  .live = n,
-                 .queries = scaled_queries_.data(),
+                 .queries = queries->data(),
                  .z = nullptr,
                  .z_stride = n};
   if (need_mean) {
@@ -203,7 +193,7 @@ void CpuSession::Score(const DecodedStep& step, bool need_mean,
         static_cast<size_t>(int64_t{s.layers} * s.kv_heads * d), 0.0f);
     for (int64_t lk = 0; lk < int64_t{s.layers} * s.kv_heads; ++lk) {
       for (int32_t g = 0; g < group; ++g) {
-        const float* q = scaled_queries_.data() + (lk * group + g) * d;
+        const float* q = queries->data() + (lk * group + g) * d;
         for (int64_t j = 0; j < d; ++j) summed_queries_[lk * d + j] += q[j];
       }
     }
@@ -253,9 +243,17 @@ void CpuSession::RemovePositions(std::vector<int32_t>* positions) {
 
 absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                               StepTrace* trace) {
+  const Ranking ranking = config_.ranking;
+  const bool need_mean = RankingNeedsMeanLogit(ranking) || trace != nullptr;
+  // A kGroupSum query gives no per-head softmax: a trace's attention stays 0.
+  const bool need_attention =
+      RankingNeedsAttention(ranking) ||
+      (trace != nullptr && config_.shape.query_form == QueryForm::kPerHead);
+  StepRules rules = BackendStepRules(config_);
+  rules.decode_queries = need_mean || need_attention;  // Else only checked.
   absl::Status st = ValidateAndDecode(config_, limits_, counters_.last_step,
                                       table_.live_slots(), live(), input,
-                                      &decoded_, BackendStepRules(config_));
+                                      &decoded_, rules);
   if (!st.ok()) return st;
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
@@ -271,15 +269,11 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   }
   // Validated: from here on the step cannot fail.
   counters_.bytes_copied += decoded_.bytes_written;
-  Append(input, decoded_);
+  Append(input, decoded_.appended);
   const int64_t n = live();
-  const Ranking ranking = config_.ranking;
-  const bool need_mean = RankingNeedsMeanLogit(ranking) || trace != nullptr;
-  // A kGroupSum query gives no per-head softmax: a trace's attention stays 0.
-  const bool need_attention =
-      RankingNeedsAttention(ranking) ||
-      (trace != nullptr && config_.shape.query_form == QueryForm::kPerHead);
-  if (need_mean || need_attention) Score(decoded_, need_mean, need_attention);
+  if (need_mean || need_attention) {
+    Score(&decoded_.queries, need_mean, need_attention);
+  }
 
   const double h = decoded_.entropy;
   if (ranking == Ranking::kAffinity) {

@@ -140,7 +140,10 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
   }
   ENTROKV_RETURN_IF_ERROR(
       ValidateAndDecode(config_, limits_, last_step_, live_slots_, live, input,
-                        &decoded_, {.consecutive = true, .decision = decide}));
+                        &decoded_,
+                        {.consecutive = true,
+                         .decision = decide,
+                         .decode_queries = false}));
 
   if (!decide) {
     const int64_t bytes = n * bytes_per_entry_;
@@ -314,7 +317,11 @@ absl::Status BlockSummaryLayer::Step(const StepInput& input, StepResult* result,
   const SessionStats below_stats = inner_->Stats();
   ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
       config_, limits_, below_stats.last_step, live_slots_, live_tokens(),
-      input, &decoded_, BackendStepRules(config_)));
+      input, &decoded_,
+      {.consecutive = BackendStepRules(config_).consecutive,
+       .decision = true,
+       .decode_keys = true,
+       .decode_queries = false}));
   const int64_t n = decoded_.appended;
 
   // Partial + new tokens, in append order; every full block goes below.

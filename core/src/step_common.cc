@@ -1,6 +1,8 @@
 #include "step_common.h"
 
 #include <algorithm>
+#include <bit>
+#include <cstring>
 #include <cmath>
 #include <limits>
 
@@ -11,14 +13,64 @@
 namespace entrokv::internal {
 namespace {
 
-// Index of the first element that is not finite or exceeds
-// kMaxElementMagnitude, or -1.
-int64_t FirstOutOfRange(const std::vector<float>& v) {
-  for (size_t i = 0; i < v.size(); ++i) {
-    if (!(std::fabs(v[i]) <= kMaxElementMagnitude))
-      return static_cast<int64_t>(i);
+// The largest absolute bit pattern (sign cleared) of an element of `type`
+// whose value is finite and at most kMaxElementMagnitude: for each type,
+// |v| <= 1e8 and finite exactly when the pattern is at most this, since
+// IEEE patterns of one sign are ordered as their values, with Inf and NaN
+// above every finite one.
+uint32_t LargestAcceptedBits(ElementType type) {
+  const uint32_t f32 = std::bit_cast<uint32_t>(kMaxElementMagnitude);
+  switch (type) {
+    case ElementType::kF32:
+      return f32;
+    case ElementType::kBf16:
+      return f32 >> 16;  // A bf16 is the top half of a float.
+    case ElementType::kF16:
+      return 0x7BFFu;  // 65504, the largest finite f16, is below 1e8.
+  }
+  return 0;
+}
+
+// Index of the first of `count` elements of `type` at `bytes` that is not
+// finite or exceeds kMaxElementMagnitude, or -1. Compares bit patterns in
+// place, a block at a time so that the compiler can vectorise the scan: no
+// element is decoded.
+template <typename Bits>
+int64_t FirstOutOfRangeBits(const std::byte* bytes, int64_t count,
+                            uint32_t largest) {
+  constexpr Bits kAbs = std::numeric_limits<Bits>::max() >> 1;  // No sign.
+  constexpr int64_t kBlock = 256;
+  for (int64_t begin = 0; begin < count; begin += kBlock) {
+    const int64_t end = std::min(count, begin + kBlock);
+    bool bad = false;
+    for (int64_t i = begin; i < end; ++i) {
+      Bits bits;
+      std::memcpy(&bits, bytes + i * sizeof(Bits), sizeof(Bits));
+      bad |= (bits & kAbs) > largest;
+    }
+    if (!bad) continue;
+    for (int64_t i = begin; i < end; ++i) {
+      Bits bits;
+      std::memcpy(&bits, bytes + i * sizeof(Bits), sizeof(Bits));
+      if ((bits & kAbs) > largest) return i;
+    }
   }
   return -1;
+}
+
+int64_t FirstOutOfRange(ElementType type, const std::byte* bytes,
+                        int64_t count) {
+  const uint32_t largest = LargestAcceptedBits(type);
+  return type == ElementType::kF32
+             ? FirstOutOfRangeBits<uint32_t>(bytes, count, largest)
+             : FirstOutOfRangeBits<uint16_t>(bytes, count, largest);
+}
+
+// Element `i` of `type` at `bytes`, as a float (exact).
+float ElementAt(ElementType type, const std::byte* bytes, int64_t i) {
+  float v;
+  DecodeElements(type, bytes + i * ElementSize(type), 1, &v);
+  return v;
 }
 
 std::string DescribeBad(float v) {
@@ -139,24 +191,34 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
         "append.slot_ids: ", live, " live + ", n, " new entries exceed ",
         "max_live_entries ", limits.max_live_entries));
   }
-  // Decode, then reject non-finite and absurdly large values.
-  out->keys.resize(static_cast<size_t>(n * shape.key_elements()));
-  DecodeElements(shape.element_type, input.append.keys.data(), out->keys.size(),
-                 out->keys.data());
-  if (int64_t bad = FirstOutOfRange(out->keys); bad >= 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("append.keys: ", DescribeBad(out->keys[bad]), " in entry ",
-                     bad / shape.key_elements(), " at element ",
-                     bad % shape.key_elements()));
-  }
-  out->queries.resize(has_queries ? static_cast<size_t>(shape.query_elements())
-                                  : 0);
-  DecodeElements(shape.element_type, input.queries.data(), out->queries.size(),
-                 out->queries.data());
-  if (int64_t bad = FirstOutOfRange(out->queries); bad >= 0) {
+  // Reject non-finite and absurdly large values, in place; decode only what
+  // the caller asked for.
+  const ElementType type = shape.element_type;
+  const int64_t key_elements = n * shape.key_elements();
+  if (int64_t bad = FirstOutOfRange(type, input.append.keys.data(),
+                                    key_elements);
+      bad >= 0) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "queries: ", DescribeBad(out->queries[bad]), " at element ", bad));
+        "append.keys: ",
+        DescribeBad(ElementAt(type, input.append.keys.data(), bad)),
+        " in entry ", bad / shape.key_elements(), " at element ",
+        bad % shape.key_elements()));
   }
+  const int64_t query_elements = has_queries ? shape.query_elements() : 0;
+  if (int64_t bad =
+          FirstOutOfRange(type, input.queries.data(), query_elements);
+      bad >= 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queries: ", DescribeBad(ElementAt(type, input.queries.data(), bad)),
+        " at element ", bad));
+  }
+  out->keys.resize(rules.decode_keys ? static_cast<size_t>(key_elements) : 0);
+  DecodeElements(type, input.append.keys.data(), out->keys.size(),
+                 out->keys.data());
+  out->queries.resize(
+      rules.decode_queries ? static_cast<size_t>(query_elements) : 0);
+  DecodeElements(type, input.queries.data(), out->queries.size(),
+                 out->queries.data());
   out->bytes_written = static_cast<int64_t>(
       (out->keys.size() + out->queries.size()) * sizeof(float));
   out->appended = n;
@@ -164,6 +226,22 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
   out->has_entropy = has_entropy;
   out->has_queries = has_queries;
   return absl::OkStatus();
+}
+
+double SquaredNorm(ElementType type, const std::byte* bytes, int64_t count) {
+  constexpr int64_t kChunk = 64;
+  float v[kChunk];
+  const size_t esize = ElementSize(type);
+  double sq = 0.0;
+  for (int64_t begin = 0; begin < count; begin += kChunk) {
+    const int64_t n = std::min(kChunk, count - begin);
+    DecodeElements(type, bytes + begin * esize, static_cast<size_t>(n), v);
+    for (int64_t j = 0; j < n; ++j) {
+      const double x = v[j];
+      sq += x * x;
+    }
+  }
+  return sq;
 }
 
 BudgetController::BudgetController(const SessionConfig& config)

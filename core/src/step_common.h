@@ -8,6 +8,7 @@
 #define ENTROKV_CORE_SRC_STEP_COMMON_H_
 
 #include <algorithm>
+#include <cstddef>
 #include <cstdint>
 #include <optional>
 #include <vector>
@@ -17,6 +18,7 @@
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "entrokv/core/config.h"
+#include "entrokv/core/element_type.h"
 #include "entrokv/core/session.h"
 
 namespace entrokv::internal {
@@ -78,10 +80,13 @@ struct StepCounters {
 
 // A validated step, decoded to floats.
 struct DecodedStep {
-  int64_t appended = 0;        // New entries.
-  std::vector<float> keys;     // appended × key_elements, decoded.
-  std::vector<float> queries;  // query_elements, decoded.
-  int64_t bytes_written = 0;   // Bytes decoded into keys and queries.
+  int64_t appended = 0;  // New entries.
+  // appended × key_elements, decoded when StepRules::decode_keys; else empty.
+  std::vector<float> keys;
+  // query_elements, decoded when StepRules::decode_queries and the step has
+  // queries; else empty.
+  std::vector<float> queries;
+  int64_t bytes_written = 0;  // Bytes decoded into keys and queries.
   double entropy = 0.0;        // H used (0 when none was given).
   bool has_entropy = false;
   bool has_queries = false;  // False only on a step without a decision.
@@ -97,6 +102,12 @@ struct StepRules {
   // they may be absent (a step that makes no decision), and are checked and
   // decoded only when present.
   bool decision = true;
+  // Decode the keys into DecodedStep::keys (the block layer averages them);
+  // else they are only checked, in place.
+  bool decode_keys = false;
+  // Decode the queries into DecodedStep::queries (a backend scores with
+  // them); else they are only checked, in place.
+  bool decode_queries = true;
 };
 
 // The rules a backend applies to the steps its session receives: a session
@@ -115,6 +126,10 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
                                const absl::flat_hash_set<uint64_t>& live_slots,
                                int64_t live, const StepInput& input,
                                DecodedStep* out, const StepRules& rules);
+
+// Σ v² over the `count` elements of `type` at `bytes`, each exact as a
+// float, summed in double in order. Decodes a few at a time on the stack.
+double SquaredNorm(ElementType type, const std::byte* bytes, int64_t count);
 
 // The budget controller (section 6).
 class BudgetController {

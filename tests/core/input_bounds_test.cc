@@ -2,10 +2,17 @@
 // product into inf (and inf - inf into NaN), which would break the strict
 // order the eviction selection relies on.
 
+#include <bit>
+#include <cmath>
 #include <cstring>
+#include <limits>
+#include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
+
 #include "entrokv/core/backend.h"
+#include "entrokv/core/element_type.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
 
@@ -85,6 +92,113 @@ TEST(ConfigBoundsTest, HugeBetaIsRejected) {
   EXPECT_STATUS_CODE(st, absl::StatusCode::kInvalidArgument);
   EXPECT_NE(st.message().find("affinity.beta"), absl::string_view::npos) << st;
 }
+
+
+// The check reads bit patterns in place. Against the rule it implements --
+// a value is accepted when it is finite and |v| <= 1e8 as a float -- every
+// f16 and bf16 pattern, in keys and in queries, at every position of a
+// 256-element block, and the f32 patterns around each edge.
+class InPlaceCheckTest : public ::testing::TestWithParam<ElementType> {
+ protected:
+  // A session of 1 layer x 1 kv head x 2 q heads x d=160 (a block and a
+  // part: the check scans 256 elements at a time).
+  void SetUp() override {
+    config_.shape = {.layers = 1,
+                     .kv_heads = 1,
+                     .q_heads = 2,
+                     .head_dim = kDim,
+                     .element_type = GetParam()};
+    config_.budget = 4;
+    backend_ = CreateBackend(BackendKind::kCpu).value();
+    session_ = backend_->CreateSession(config_, {}).value();
+    const size_t esize = ElementSize(GetParam());
+    key_.assign(kDim * esize, std::byte{0});
+    query_.assign(2 * kDim * esize, std::byte{0});
+  }
+
+  // Steps with element `at` of the key (or of the queries) set to `bits`.
+  absl::Status StepWith(uint32_t bits, bool in_query, size_t at) {
+    const size_t esize = ElementSize(GetParam());
+    std::vector<std::byte>& target = in_query ? query_ : key_;
+    std::memcpy(target.data() + at * esize, &bits, esize);
+    StepInput in;
+    in.step = step_;
+    in.append.slot_ids = absl::MakeConstSpan(&step_, 1);
+    in.append.keys = key_;
+    in.queries = query_;
+    in.entropy = 1.0;
+    absl::Status st = session_->Step(in, &result_);
+    std::memset(target.data() + at * esize, 0, esize);
+    if (st.ok()) ++step_;
+    return st;
+  }
+
+  static bool Accepted(float v) { return std::isfinite(v) && std::fabs(v) <= 1e8f; }
+
+  float Decode(uint32_t bits) const {
+    float v;
+    DecodeElements(GetParam(), reinterpret_cast<const std::byte*>(&bits), 1,
+                   &v);
+    return v;
+  }
+
+  static constexpr int32_t kDim = 160;
+  SessionConfig config_;
+  std::unique_ptr<Backend> backend_;
+  std::unique_ptr<SessionState> session_;
+  std::vector<std::byte> key_, query_;
+  uint64_t step_ = 0;
+  StepResult result_;
+};
+
+TEST_P(InPlaceCheckTest, AcceptsExactlyTheFiniteValuesUpTo1e8) {
+  std::vector<uint32_t> patterns;
+  if (GetParam() == ElementType::kF32) {
+    for (float edge : {0.0f, 1.0f, 65504.0f, 1e8f, 3e38f,
+                       std::numeric_limits<float>::infinity(),
+                       std::numeric_limits<float>::denorm_min()}) {
+      const uint32_t bits = std::bit_cast<uint32_t>(edge);
+      for (uint32_t b : {bits - 1, bits, bits + 1}) {
+        patterns.push_back(b);
+        patterns.push_back(b | 0x80000000u);
+      }
+    }
+    patterns.push_back(0x7FC00000u);  // Quiet NaN.
+    patterns.push_back(0xFFFFFFFFu);
+  } else {
+    for (uint32_t b = 0; b <= 0xFFFFu; ++b) patterns.push_back(b);
+  }
+  int64_t checked = 0;
+  for (size_t i = 0; i < patterns.size(); ++i) {
+    const uint32_t bits = patterns[i];
+    const bool in_query = i % 2 == 1;
+    // Walk the position through both scan blocks of the queries (320
+    // elements) and through the key (160).
+    const size_t at = (i * 7) % (in_query ? 2 * kDim : kDim);
+    const absl::Status st = StepWith(bits, in_query, at);
+    const bool accepted = Accepted(Decode(bits));
+    ASSERT_EQ(st.ok(), accepted)
+        << "pattern 0x" << std::hex << bits << std::dec << " ("
+        << Decode(bits) << ") in " << (in_query ? "queries" : "key")
+        << " at " << at << ": " << st;
+    if (!accepted) {
+      const std::string field = in_query ? "queries" : "append.keys";
+      EXPECT_NE(st.message().find(field), absl::string_view::npos) << st;
+      EXPECT_NE(st.message().find(absl::StrCat("element ", at)),
+                absl::string_view::npos)
+          << st;
+    }
+    ++checked;
+  }
+  EXPECT_EQ(checked, static_cast<int64_t>(patterns.size()));
+}
+
+INSTANTIATE_TEST_SUITE_P(AllTypes, InPlaceCheckTest,
+                         ::testing::Values(ElementType::kF32, ElementType::kF16,
+                                           ElementType::kBf16),
+                         [](const auto& info) {
+                           return std::string(ElementTypeName(info.param));
+                         });
 
 }  // namespace
 }  // namespace entrokv

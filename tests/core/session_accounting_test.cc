@@ -11,6 +11,7 @@
 #include "core_test_util.h"
 #include "entrokv/core/backend.h"
 #include "entrokv/core/config.h"
+#include "entrokv/core/element_type.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "testing/status_matchers.h"
@@ -158,6 +159,92 @@ TEST(BackendTest, CudaIsUnavailableOrWorks) {
     GTEST_SKIP() << backend.status();
   }
   EXPECT_EQ((*backend)->kind(), BackendKind::kCuda);
+}
+
+
+// SessionStats.bytes_copied counts the key and query bytes a step writes
+// (session.h). Expected values are the byte sizes of what each step must
+// write, from the shape: 2 layers x 2 kv heads x 4 q heads x d=8 in f16,
+// so 64 key bytes per entry, 64 query elements (256 bytes as floats) and
+// 2 x 2 x 8 summed query floats (128 bytes).
+class BytesCopiedTest : public ::testing::Test {
+ protected:
+  static constexpr int64_t kKeyBytes = 2 * 2 * 8 * 2;
+  static constexpr int64_t kDecodedQueryBytes = 2 * 4 * 8 * 4;
+  static constexpr int64_t kSummedQueryBytes = 2 * 2 * 8 * 4;
+
+  std::unique_ptr<SessionState> Create(Ranking ranking, int64_t budget,
+                                       int32_t decide_every = 1) {
+    SessionConfig config;
+    config.shape = {.layers = 2,
+                    .kv_heads = 2,
+                    .q_heads = 4,
+                    .head_dim = 8,
+                    .element_type = ElementType::kF16};
+    config.ranking = ranking;
+    config.budget = budget;
+    config.decide_every = decide_every;
+    backend_ = CreateBackend(BackendKind::kCpu).value();
+    return backend_->CreateSession(config, {}).value();
+  }
+
+  // Step `t` appending slot `t` (keys of distinct values), with queries.
+  absl::Status Step(SessionState* session, uint64_t t) {
+    slot_ = t;
+    key_.assign(kKeyBytes, std::byte{0});
+    key_[0] = static_cast<std::byte>(t + 1);  // A small f16 subnormal.
+    query_.assign(2 * 4 * 8 * 2, std::byte{0});
+    StepInput in;
+    in.step = t;
+    in.append.slot_ids = absl::MakeConstSpan(&slot_, 1);
+    in.append.keys = key_;
+    in.queries = query_;
+    in.entropy = 1.0;
+    return session->Step(in, &result_);
+  }
+
+  std::unique_ptr<Backend> backend_;
+  uint64_t slot_ = 0;
+  std::vector<std::byte> key_, query_;
+  StepResult result_;
+};
+
+TEST_F(BytesCopiedTest, AWindowStepStoresItsKeyAndDecodesNoQuery) {
+  auto session = Create(Ranking::kWindow, 100);
+  for (uint64_t t = 0; t < 10; ++t) ASSERT_OK(Step(session.get(), t));
+  EXPECT_EQ(session->Stats().bytes_copied, 10 * kKeyBytes);
+}
+
+TEST_F(BytesCopiedTest, AnAffinityStepAlsoDecodesAndSumsItsQueries) {
+  auto session = Create(Ranking::kAffinity, 100);
+  for (uint64_t t = 0; t < 10; ++t) ASSERT_OK(Step(session.get(), t));
+  EXPECT_EQ(session->Stats().bytes_copied,
+            10 * (kKeyBytes + kDecodedQueryBytes + kSummedQueryBytes));
+}
+
+TEST_F(BytesCopiedTest, AnEvictionMovesTheLastEntryIntoTheHole) {
+  auto session = Create(Ranking::kWindow, 2);
+  for (uint64_t t = 0; t < 3; ++t) ASSERT_OK(Step(session.get(), t));
+  ASSERT_THAT(result_.evicted, ElementsAre(0));
+  // Three appends; the oldest entry's place is taken by the newest.
+  EXPECT_EQ(session->Stats().bytes_copied, 3 * kKeyBytes + kKeyBytes);
+}
+
+TEST_F(BytesCopiedTest, ACadenceHoldsPendingKeysOnceThenStoresThem) {
+  auto session = Create(Ranking::kWindow, 100, /*decide_every=*/2);
+  ASSERT_OK(Step(session.get(), 0));
+  EXPECT_EQ(session->Stats().bytes_copied, kKeyBytes);  // Pending.
+  ASSERT_OK(Step(session.get(), 1));
+  // The decision step's key joins the pending one, and both are stored.
+  EXPECT_EQ(session->Stats().bytes_copied, 2 * kKeyBytes + 2 * kKeyBytes);
+}
+
+TEST_F(BytesCopiedTest, ARejectedStepCopiesNothing) {
+  auto session = Create(Ranking::kAffinity, 100);
+  ASSERT_OK(Step(session.get(), 0));
+  const int64_t before = session->Stats().bytes_copied;
+  EXPECT_FALSE(Step(session.get(), 0).ok());  // A repeated step number.
+  EXPECT_EQ(session->Stats().bytes_copied, before);
 }
 
 }  // namespace
