@@ -1,11 +1,14 @@
 // The CUDA backend's device kernels, behind plain launch functions.
 //
-// This header is internal to core/cuda: it is included by cuda_backend.cc
-// (host C++) and defined in cuda_kernels.cu (nvcc), so it carries no Abseil
-// and no device code. Every launcher enqueues its work on `stream` and returns
-// the launch status (cudaGetLastError after the launch); errors of the work
-// itself surface at the next synchronisation. Launchers with nothing to do
-// (zero items) enqueue nothing and return cudaSuccess.
+// This header is internal to core/cuda: it is included by the session's host
+// C++ (cuda_session.cc, cuda_step.cc) and defined, by concern, in
+// cuda_kernels_store.cu (append, compaction), cuda_kernels_score.cu (scores,
+// softmax statistics) and cuda_kernels_select.cu (keep scores, ordering,
+// selection), all nvcc, so it carries no Abseil and no device code. Every
+// launcher enqueues its work on `stream` and returns the launch status
+// (cudaGetLastError after the launch); errors of the work itself surface at
+// the next synchronisation. Launchers with nothing to do (zero items) enqueue
+// nothing and return cudaSuccess.
 //
 // Layouts (docs/cuda.md):
 //  - keys: [plane = layer·kv_heads + kv_head][capacity][head_dim], element

@@ -194,25 +194,9 @@ absl::StatusOr<std::unique_ptr<Driver>> MakeDriver(Backend& backend,
   return driver;
 }
 
-int Run(bool quick) {
-  absl::StatusOr<std::unique_ptr<Backend>> backend =
-      CreateBackend(BackendKind::kCuda);
-  if (!backend.ok()) {
-    std::printf("entrokv-bench-gpu: no CUDA device, nothing to measure (%s)\n",
-                backend.status().ToString().c_str());
-    return 0;
-  }
-  std::printf("device: %s\n", (*backend)->Describe().c_str());
-  const std::optional<double> copy_bw = CopyBandwidth();
-  if (!copy_bw.has_value()) {
-    std::fprintf(stderr, "could not measure the copy bandwidth\n");
-    return 1;
-  }
-  std::printf("copy bandwidth (cudaMemcpy D2D, read+write): %.1f GB/s\n\n",
-              *copy_bw / 1e9);
-  std::printf("%-9s %7s %6s %10s %11s %11s %9s\n", "ranking", "live", "layers",
-              "step_us", "keys_MB", "keys_GB/s", "of_copy");
-
+// The single-session rows: one step at each size, layer count and ranking.
+// Returns the exit status: 1 when a step fails.
+int RunSessionCases(Backend& backend, double copy_bw, bool quick) {
   const int64_t sizes[] = {32768, 131072};
   const int32_t layer_counts[] = {4, 32};
   const Ranking rankings[] = {Ranking::kTova, Ranking::kAffinity};
@@ -225,7 +209,7 @@ int Run(bool quick) {
             shape, std::max<int64_t>(
                        1, (int64_t{64} << 20) / (shape.key_elements() * 2)));
         absl::StatusOr<std::unique_ptr<Driver>> driver =
-            MakeDriver(**backend, shape, ranking, live, &inputs);
+            MakeDriver(backend, shape, ranking, live, &inputs);
         if (!driver.ok()) {
           std::printf("%-9s %7lld %6d   skipped: %s\n",
                       std::string(RankingName(ranking)).c_str(),
@@ -252,12 +236,16 @@ int Run(bool quick) {
                     std::string(RankingName(ranking)).c_str(),
                     static_cast<long long>(live), layers, median * 1e6,
                     bytes / 1e6, bytes / median / 1e9,
-                    bytes / median / *copy_bw);
+                    bytes / median / copy_bw);
       }
     }
   }
+  return 0;
+}
 
-  // Many sessions.
+// Many sessions: 256 of 4096 live entries x 4 layers, stepped from one host
+// thread and from 16. Returns the exit status.
+int RunManySessions(Backend& backend, double copy_bw) {
   constexpr int kSessions = 256;
   constexpr int64_t kLive = 4096;
   constexpr int kThreads = 16;
@@ -266,7 +254,7 @@ int Run(bool quick) {
   std::vector<std::unique_ptr<Driver>> drivers;
   for (int i = 0; i < kSessions; ++i) {
     absl::StatusOr<std::unique_ptr<Driver>> d =
-        MakeDriver(**backend, shape, Ranking::kTova, kLive, &inputs);
+        MakeDriver(backend, shape, Ranking::kTova, kLive, &inputs);
     if (!d.ok()) {
       std::printf("\n256 sessions: skipped after %d sessions: %s\n", i,
                   d.status().ToString().c_str());
@@ -322,10 +310,35 @@ int Run(bool quick) {
       "sequence)\n",
       kSessions, static_cast<long long>(kLive), Median(seq) * 1e6,
       Median(seq) * 1e6 / kSessions, bytes / Median(seq) / 1e9,
-      bytes / Median(seq) / *copy_bw, kThreads, Median(thr) * 1e6,
+      bytes / Median(seq) / copy_bw, kThreads, Median(thr) * 1e6,
       Median(thr) * 1e6 / kSessions, bytes / Median(thr) / 1e9,
-      bytes / Median(thr) / *copy_bw);
+      bytes / Median(thr) / copy_bw);
   return 0;
+}
+
+int Run(bool quick) {
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      CreateBackend(BackendKind::kCuda);
+  if (!backend.ok()) {
+    std::printf("entrokv-bench-gpu: no CUDA device, nothing to measure (%s)\n",
+                backend.status().ToString().c_str());
+    return 0;
+  }
+  std::printf("device: %s\n", (*backend)->Describe().c_str());
+  const std::optional<double> copy_bw = CopyBandwidth();
+  if (!copy_bw.has_value()) {
+    std::fprintf(stderr, "could not measure the copy bandwidth\n");
+    return 1;
+  }
+  std::printf("copy bandwidth (cudaMemcpy D2D, read+write): %.1f GB/s\n\n",
+              *copy_bw / 1e9);
+  std::printf("%-9s %7s %6s %10s %11s %11s %9s\n", "ranking", "live", "layers",
+              "step_us", "keys_MB", "keys_GB/s", "of_copy");
+
+  if (const int rc = RunSessionCases(**backend, *copy_bw, quick); rc != 0) {
+    return rc;
+  }
+  return RunManySessions(**backend, *copy_bw);
 }
 
 }  // namespace

@@ -1,0 +1,253 @@
+// The cases of entrokv-bench-core (bench_core.cc): the step benchmarks, the
+// STREAM copy they are compared with, the Llama-3-8B rows and the engine's
+// sketch. The BENCHMARK registrations stay in this one file, so that they run
+// in the order written here.
+
+#include <benchmark/benchmark.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "bench_core.h"
+#include "entrokv/core/config.h"
+#include "entrokv/core/element_type.h"
+#include "entrokv/core/session.h"
+#include "entrokv/core/sketch.h"
+
+namespace entrokv::bench {
+namespace {
+
+void RunSteps(benchmark::State& state, const char* policy) {
+  const int64_t live = state.range(0);
+  SessionConfig config;
+  config.shape = BenchShape();
+  config.budget = live;
+  if (absl::Status st = ApplyPolicyName(policy, &config); !st.ok()) {
+    Die("ApplyPolicyName", st);
+  }
+  SteadySession& session =
+      CachedSession(std::string(policy) + "/" + std::to_string(live), config);
+  const double key_bytes_per_step =
+      double(live + 1) * kLayers * kKvHeads * kHeadDim * 2;
+  // Warm-up, untimed: the caches settle.
+  for (int i = 0; i < 3; ++i) session.RunPeriod();
+  for (auto _ : state) {
+    if (!session.RunPeriod()) {
+      state.SkipWithError("live count drifted");
+      break;
+    }
+  }
+  state.SetBytesProcessed(int64_t(key_bytes_per_step) * state.iterations());
+  state.counters["key_bytes_per_step"] = key_bytes_per_step;
+}
+
+void BM_EntropyStep(benchmark::State& state) { RunSteps(state, "entropy"); }
+void BM_TovaStep(benchmark::State& state) { RunSteps(state, "tova"); }
+void BM_H2oStep(benchmark::State& state) { RunSteps(state, "h2o"); }
+// Window ranks by age and needs no score: it reads no key, and shows the
+// step's cost outside the scoring path.
+void BM_WindowStep(benchmark::State& state) { RunSteps(state, "window"); }
+
+BENCHMARK(BM_EntropyStep)
+    ->Arg(1 << 10)
+    ->Arg(8 << 10)
+    ->Arg(32 << 10)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_TovaStep)
+    ->Arg(8 << 10)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_H2oStep)
+    ->Arg(8 << 10)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_WindowStep)
+    ->Arg(8 << 10)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// STREAM "Copy": b[i] = a[i] over arrays far larger than the caches; counted
+// as STREAM counts it, 2 · 8 bytes an element (one read, one write).
+void BM_StreamCopy(benchmark::State& state) {
+  const size_t bytes = size_t(state.range(0)) << 20;
+  const size_t n = bytes / sizeof(double);
+  std::unique_ptr<double[]> a(new double[n]);
+  std::unique_ptr<double[]> b(new double[n]);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = double(i);
+    b[i] = 0.0;
+  }
+  for (auto _ : state) {
+    double* __restrict dst = b.get();
+    const double* __restrict src = a.get();
+    for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+    benchmark::DoNotOptimize(dst);
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(2 * bytes) * state.iterations());
+  state.counters["copy_bytes_per_iter"] = double(2 * bytes);
+}
+BENCHMARK(BM_StreamCopy)
+    ->Arg(256)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
+// ---------------------------------------------------------------------------
+// The Llama-3-8B shape.
+
+struct ModelVariant {
+  const char* name;
+  bool sketch;  // project:16 on the default scored layers, group-sum queries.
+  bool blocks;  // block_size 16 with block summaries.
+};
+constexpr ModelVariant kModelVariants[] = {
+    {"exact", false, false},
+    {"project:16+gsum", true, false},
+    {"exact+block16", false, true},
+    {"project:16+gsum+block16", true, true},
+};
+
+SessionConfig ModelConfig(const ModelVariant& variant, int64_t live,
+                          int32_t decide_every) {
+  SessionConfig config;
+  config.shape = BenchShape();
+  config.shape.layers = kModelLayers;
+  if (variant.sketch) {
+    config.scored_layers = DefaultScoredLayers(kModelLayers);
+    config.shape.layers = static_cast<int32_t>(config.scored_layers.size());
+    config.shape.sketch_dim = kSketchDim;
+    config.shape.query_form = QueryForm::kGroupSum;
+  }
+  if (variant.blocks) {
+    config.block_size = kBlockSize;
+    config.block_summary = true;
+  }
+  config.decide_every = decide_every;
+  config.budget = live;
+  if (absl::Status st = ApplyPolicyName("entropy", &config); !st.ok()) {
+    Die("ApplyPolicyName", st);
+  }
+  return config;
+}
+
+void RunModelSteps(benchmark::State& state, const ModelVariant& variant,
+                   int32_t decide_every) {
+  const int64_t live = state.range(0);
+  const SessionConfig config = ModelConfig(variant, live, decide_every);
+  SteadySession& session = CachedSession(std::string(variant.name) + "/K" +
+                                             std::to_string(decide_every) +
+                                             "/" + std::to_string(live),
+                                         config);
+  if (!session.RunPeriod()) {  // Warm-up, untimed.
+    state.SkipWithError("live count drifted");
+    return;
+  }
+  for (auto _ : state) {
+    if (!session.RunPeriod()) {
+      state.SkipWithError("live count drifted");
+      break;
+    }
+  }
+  const Shape& shape = config.shape;
+  const double esize = double(ElementSize(shape.element_type));
+  const double block = config.block_summary ? config.block_size : 1;
+  // Keys a decision reads (one state per block with summaries), spread over
+  // the decide_every steps of a decision period.
+  const double key_bytes_per_step = double(live) *
+                                    double(shape.key_elements()) * esize /
+                                    block / decide_every;
+  // Per appended token (one a step): its keys, and a decision's queries and
+  // entropy (an 8-byte double) over decide_every tokens. Payload only: the
+  // protobuf framing (tags, lengths, step number, slot id) is not counted.
+  const double wire_bytes_per_token =
+      double(shape.key_elements()) * esize +
+      (double(shape.query_elements()) * esize + 8.0) / decide_every;
+  // After a whole period: no partial block, nothing pending.
+  const SessionStats stats = session.Stats();
+  state.SetBytesProcessed(int64_t(key_bytes_per_step * session.period()) *
+                          state.iterations());
+  state.counters["key_bytes_per_step"] = key_bytes_per_step;
+  state.counters["steps_per_iter"] = session.period();
+  state.counters["wire_bytes_per_token"] = wire_bytes_per_token;
+  state.counters["held_bytes_per_token"] =
+      double(stats.bytes_held) / double(stats.live);
+}
+
+// The engine's side of project:16 at the 8B shape: n tokens' keys of the 4
+// sent layers (4 x 8 kv heads x 128 floats each) to 4 x 8 x 16.
+void BM_SketchKeys(benchmark::State& state) {
+  const int64_t n = state.range(0);
+  const SessionConfig config = ModelConfig(kModelVariants[1], 1024, kCadence);
+  absl::StatusOr<Sketcher> sketcher = Sketcher::Create(config);
+  if (!sketcher.ok()) Die("Sketcher::Create", sketcher.status());
+  std::mt19937 rng(11);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> in(static_cast<size_t>(n * sketcher->full_key_elements()));
+  for (float& x : in) x = normal(rng);
+  std::vector<float> out;
+  for (auto _ : state) {
+    sketcher->Keys(in, n, &out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(n * state.iterations());
+  state.counters["tokens_per_iter"] = double(n);
+}
+BENCHMARK(BM_SketchKeys)->Arg(1)->Arg(64)->UseRealTime();
+
+// And of a decision step's queries: 4 layers x 32 q heads x 128 floats to
+// 4 x 8 group sums x 16.
+void BM_SketchQueries(benchmark::State& state) {
+  const SessionConfig config = ModelConfig(kModelVariants[1], 1024, kCadence);
+  absl::StatusOr<Sketcher> sketcher = Sketcher::Create(config);
+  if (!sketcher.ok()) Die("Sketcher::Create", sketcher.status());
+  std::mt19937 rng(13);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> in(static_cast<size_t>(sketcher->full_query_elements()));
+  for (float& x : in) x = normal(rng);
+  std::vector<float> out;
+  for (auto _ : state) {
+    sketcher->Queries(in, &out);
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.counters["queries_per_iter"] = 1.0;
+}
+BENCHMARK(BM_SketchQueries)->UseRealTime();
+
+}  // namespace
+
+std::vector<ModelRow>& ModelRows() {
+  static auto* rows = new std::vector<ModelRow>();
+  return *rows;
+}
+
+void RegisterModelBenchmarks() {
+  for (const ModelVariant& variant : kModelVariants) {
+    for (int32_t k : {1, kCadence}) {
+      const std::string name =
+          std::string("BM_Llama8B/") + variant.name + "/K" + std::to_string(k);
+      ModelRows().push_back(ModelRow{.name = name,
+                                     .variant = variant.name,
+                                     .decide_every = k,
+                                     .sketch = variant.sketch});
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [&variant, k](benchmark::State& state) {
+                                     RunModelSteps(state, variant, k);
+                                   })
+          ->Arg(4 << 10)
+          ->Arg(32 << 10)
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+  }
+}
+
+}  // namespace entrokv::bench
