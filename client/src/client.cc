@@ -12,6 +12,7 @@
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "background_calls.h"
 #include "convert.h"
 #include "decode_stream.h"
 #include "entrokv/core/sketch.h"
@@ -22,6 +23,7 @@
 #include "grpcpp/support/client_interceptor.h"
 #include "proto/convert/config_convert.h"
 #include "session_impl.h"
+#include "session_setup.h"
 
 namespace entrokv {
 namespace {

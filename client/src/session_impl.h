@@ -1,5 +1,6 @@
 // Session::Impl: the state behind entrokv::Session (see session.h for the
-// contract). Internal to the client library; built by client.cc.
+// contract). Internal to the client library; built by client.cc. Its methods
+// are defined in session.cc, and those of recovery in session_recovery.cc.
 //
 // Thread-safety: as Session: one caller thread at a time.
 
@@ -12,111 +13,21 @@
 #include <optional>
 #include <random>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
-#include "counter_totals.h"
-#include "state_log.h"
 #include "decode_stream.h"
 #include "entrokv/client/live_set.h"
 #include "entrokv/client/session.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/sketch.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
-#include "grpcpp/grpcpp.h"
+#include "session_setup.h"
 
 namespace entrokv {
 namespace client_internal {
-
-// What a Client lends each of its sessions. The stub keeps the channel alive;
-// the watchdog serves the sessions' sync streams; the totals receive every
-// change of their counters; rpc_deadline bounds the closes sent in the
-// background.
-class HealthWatch;
-
-struct ClientShared {
-  std::shared_ptr<grpc::Channel> channel;
-  std::shared_ptr<v1::EntroKv::Stub> stub;
-  std::shared_ptr<DeadlineWatchdog> watchdog;
-  std::shared_ptr<CounterTotals> totals;
-  std::shared_ptr<HealthWatch> health;
-  std::shared_ptr<StateLog> log;
-  absl::Duration rpc_deadline;
-};
-
-// True when `status` is a failure of the server or of the transport, not of
-// the caller's input: UNAVAILABLE, DEADLINE_EXCEEDED, RESOURCE_EXHAUSTED (a
-// server limit), INTERNAL, UNKNOWN, ABORTED, CANCELLED, DATA_LOSS,
-// UNIMPLEMENTED (a server of another version). The caller's own errors
-// (INVALID_ARGUMENT, ALREADY_EXISTS, NOT_FOUND, FAILED_PRECONDITION, ...)
-// are not.
-bool IsServerSideFailure(const absl::Status& status);
-
-// A server session as CreateSession made it.
-struct CreatedSession {
-  std::string id;
-  SessionConfig config;  // Effective: defaults filled in by the server.
-};
-// Calls CreateSession, waiting until `deadline` at most. A response whose
-// config cannot be read is InternalError (and its session is closed in the
-// background).
-absl::StatusOr<CreatedSession> CreateServerSession(const ClientShared& shared,
-                                                   const SessionConfig& config,
-                                                   std::string_view id,
-                                                   absl::Time deadline);
-// A new Decode stream of the given kind over the shared channel.
-std::unique_ptr<DecodeStream> OpenStream(const ClientShared& shared,
-                                         StreamApi api);
-// Attaches `id` to `stream`, waiting until `deadline` at most.
-absl::Status AttachOn(DecodeStream* stream, const std::string& id,
-                      absl::Time deadline);
-// The health watch of a Client's degraded sessions (session.h, "Recovery"):
-// grpc.health.v1 checks sent in the background, one at a time and at most
-// every kEvery, whose answers say whether the server serves. A check also
-// makes a channel in TRANSIENT_FAILURE reconnect (gRPC reconnects only when a
-// call asks). Thread-safe.
-class HealthWatch {
- public:
-  static constexpr absl::Duration kEvery = absl::Milliseconds(100);
-
-  // Sends a check on `channel` (answered or given up within `timeout`)
-  // unless one is in flight or the last went less than kEvery ago. With
-  // `now_due` (a session has just degraded, and needs a check sent from now
-  // on), the kEvery limit does not apply, and when a check is in flight
-  // another follows as soon as it is answered.
-  static void Check(const std::shared_ptr<HealthWatch>& watch,
-                    const std::shared_ptr<grpc::Channel>& channel,
-                    absl::Duration timeout, bool now_due = false);
-  // True when the latest answered check was sent at or after `since` and
-  // found the server serving (SERVING, or UNIMPLEMENTED: a server without
-  // the health service is up all the same).
-  bool ServingSince(absl::Time since) const;
-
- private:
-  // Sends the check (from an engine's thread unless `on_grpc_thread`).
-  static void Send(const std::shared_ptr<HealthWatch>& watch,
-                   const std::shared_ptr<grpc::Channel>& channel,
-                   absl::Duration timeout, absl::Time now, bool on_grpc_thread);
-  // Records an answer; true when another check is due at once.
-  bool Answered(absl::Time sent, bool serving);
-
-  mutable absl::Mutex mu_;
-  bool in_flight_ ABSL_GUARDED_BY(mu_) = false;
-  bool follow_up_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Time last_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  absl::Time answered_sent_ ABSL_GUARDED_BY(mu_) = absl::InfinitePast();
-  bool serving_ ABSL_GUARDED_BY(mu_) = false;
-};
-// Sends CloseSession for `id` and returns at once: best effort, bounded by
-// `deadline` (counted from now); its outcome is ignored.
-void CloseInBackground(std::shared_ptr<v1::EntroKv::Stub> stub,
-                       const std::string& id, absl::Duration deadline);
-// Deletes the background calls above that have ended (they may hold the last
-// reference to a channel, which must go on an engine's thread, not gRPC's).
-void SweepBackgroundCalls();
 
 // What a session of a DecodeBatch needs of its batch (client.cc's
 // DecodeBatchImpl). The batch's stream serves all its sessions; when a step

@@ -16,10 +16,10 @@ from .config import (AffinityParams, EntropyBudgetParams, Protection,
                      default_scored_layers, policy_needs_entropy,
                      validate_config)
 from .batch import BatchStep, DecodeBatch
-from .client import (Client, ServerInfo, Session, SessionCounters, SessionInfo,
-                     SessionStats, StepOutcome)
+from .client import Client, ServerInfo, SessionInfo, SessionStats
 from .errors import EntroKvError
 from .live_set import LiveSet, StreamingRule
+from .session import Session, SessionCounters, StepOutcome
 from .sketch import Sketcher, default_projection, splitmix64
 from .vectors import Bf16, F16Bits, entropy_of_logits
 

@@ -11,9 +11,11 @@ from typing import Any, List, Optional, Sequence, Union
 import grpc
 
 from ._stubs import pb2
-from .client import Client, Session, StepOutcome, _Stream
+from .client import Client
 from .config import SessionConfig
+from .decode_stream import DecodeStream
 from .errors import EntroKvError, invalid
+from .session import Session, StepOutcome
 
 
 @dataclass
@@ -47,16 +49,16 @@ class DecodeBatch:
 
     def __init__(self, client: Client) -> None:
         self._client = client
-        self._stream = _Stream(client._stub)
+        self._stream = DecodeStream(client._stub)
         self._ended = False
         # Counts the streams that ended: a session attached to an earlier
         # one is no longer attached.
         self._generation = 0
 
-    def _live_stream(self) -> _Stream:
+    def _live_stream(self) -> DecodeStream:
         """The batch's stream; a new one when the last one ended."""
         if self._ended:
-            self._stream = _Stream(self._client._stub)
+            self._stream = DecodeStream(self._client._stub)
             self._ended = False
         return self._stream
 

@@ -34,7 +34,7 @@ def failed_precondition(message: str) -> EntroKvError:
 
 
 # Failures that are not the caller's: the server unreachable, silent, at a
-# limit or broken (client/src/session.cc IsServerSideFailure).
+# limit or broken (client/src/session_setup.h IsServerSideFailure).
 SERVER_SIDE = frozenset({
     grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED,
     grpc.StatusCode.RESOURCE_EXHAUSTED, grpc.StatusCode.INTERNAL,

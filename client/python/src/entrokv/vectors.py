@@ -1,5 +1,6 @@
 """Vectors as an engine hands them over (numpy arrays or PyTorch tensors) and
-their conversion to a session's wire element type (client/src/vectors.cc).
+their conversion to a session's wire element type (client/src/vectors.cc);
+also a step's slot ids and pinned flags, which come the same way.
 
 Accepted element types: float32 ("f32"), float16 ("f16"), bfloat16 ("bf16":
 a torch.bfloat16 tensor, a numpy uint16 array of bfloat16 bit patterns, or
@@ -13,7 +14,7 @@ are (no conversion).
 from __future__ import annotations
 
 import math
-from typing import Any, Tuple
+from typing import Any, List, Tuple
 
 import numpy as np
 
@@ -38,6 +39,8 @@ class F16Bits:
     def __init__(self, bits: Any):
         self.bits = bits
 
+
+_U64_MAX = (1 << 64) - 1
 
 _DTYPES = {"f32": np.dtype("<f4"), "f16": np.dtype("<f2"), "bf16": np.dtype("<u2")}
 
@@ -93,6 +96,37 @@ def as_vector(x: Any, name: str) -> Tuple[np.ndarray, str]:
                       "float16, or uint16 bfloat16 bit patterns)")
     a = np.ascontiguousarray(a, dtype=a.dtype.newbyteorder("<"))
     return a.reshape(-1), kind
+
+
+def host_array(x: Any) -> np.ndarray:
+    """A numpy view of an engine's list, array or (torch) tensor."""
+    if hasattr(x, "detach"):  # A torch tensor.
+        x = x.detach().cpu().numpy()
+    return np.asarray(x)
+
+
+def slot_list(slot_ids: Any) -> List[int]:
+    """A step's slot ids as ints; raises INVALID_ARGUMENT for a non-integer
+    array or an id outside [0, 2^64)."""
+    if slot_ids is None:
+        return []
+    a = host_array(slot_ids)
+    if a.size == 0:
+        return []
+    if a.dtype.kind not in "ui":
+        raise invalid(f"append.slot_ids: unsupported dtype {a.dtype} (want integers)")
+    ids = [int(x) for x in a.reshape(-1).tolist()]
+    for sid in ids:
+        if sid < 0 or sid > _U64_MAX:
+            raise invalid(f"append.slot_ids: slot {sid} is outside [0, 2^64)")
+    return ids
+
+
+def pinned_list(pinned: Any) -> List[bool]:
+    """A step's pinned flags as bools (None: none)."""
+    if pinned is None:
+        return []
+    return [bool(x) for x in host_array(pinned).reshape(-1).tolist()]
 
 
 def bf16_to_f32(bits: np.ndarray) -> np.ndarray:
