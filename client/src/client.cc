@@ -13,6 +13,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "background_calls.h"
+#include "connection_watch.h"
 #include "convert.h"
 #include "decode_stream.h"
 #include "entrokv/core/sketch.h"
@@ -181,6 +182,8 @@ class ClientImpl final : public Client {
     shared_.stub =
         std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(channel));
     shared_.channel = std::move(channel);
+    shared_.connection =
+        std::make_shared<client_internal::ConnectionWatch>(shared_.channel);
     shared_.watchdog = std::make_shared<client_internal::DeadlineWatchdog>();
     shared_.totals = std::make_shared<client_internal::CounterTotals>();
     shared_.health = std::make_shared<client_internal::HealthWatch>();

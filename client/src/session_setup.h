@@ -1,4 +1,6 @@
-// What a Client lends each of its sessions (ClientShared), and the calls that
+class ConnectionWatch;
+
+// What a Client lends each of its sessions.(ClientShared), and the calls that
 // creating a session, attaching one and a recovery share: a new server
 // session, a new Decode stream, and an attach on it. Internal to the client
 // library.
@@ -27,6 +29,8 @@
 
 namespace entrokv::client_internal {
 
+class ConnectionWatch;
+
 // What a Client lends each of its sessions. The stub keeps the channel alive;
 // the watchdog serves the sessions' sync streams; the totals receive every
 // change of their counters; rpc_deadline bounds the closes sent in the
@@ -37,6 +41,9 @@ struct ClientShared {
   std::shared_ptr<DeadlineWatchdog> watchdog;
   std::shared_ptr<CounterTotals> totals;
   std::shared_ptr<HealthWatch> health;
+  // Polls the channel while it reconnects (connection_watch.h); held here
+  // because sessions may outlive their Client.
+  std::shared_ptr<ConnectionWatch> connection;
   std::shared_ptr<StateLog> log;
   absl::Duration rpc_deadline;
 };
