@@ -24,7 +24,6 @@
 #include <limits>
 #include <map>
 #include <memory>
-#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -45,6 +44,7 @@
 #include "common/flags.h"
 #include "common/logging.h"
 #include "entrokv/client/client.h"
+#include "entrokv/client/raw_transport.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/element_type.h"
 #include "entrokv/core/synthetic.h"
@@ -227,19 +227,6 @@ absl::Status ToAbsl(const grpc::Status& status) {
                       status.error_message());
 }
 
-// The bearer token every call carries (empty: none); set once in main().
-std::string& BearerToken() {
-  static std::string* token = new std::string;
-  return *token;
-}
-
-// Adds the bearer token, when there is one, to a call's metadata.
-void Authorize(grpc::ClientContext* context) {
-  if (!BearerToken().empty()) {
-    context->AddMetadata("authorization", "Bearer " + BearerToken());
-  }
-}
-
 // The whole content of `path`, or an error naming `flag`.
 absl::StatusOr<std::string> ReadFlagFile(const char* flag,
                                          const std::string& path) {
@@ -253,97 +240,6 @@ absl::StatusOr<std::string> ReadFlagFile(const char* flag,
   return content.str();
 }
 
-// The sync client's channel credentials: plaintext, or TLS (mutual with
-// --tls_cert/--tls_key), as the client library builds them from the same
-// files for the other --client modes.
-absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>>
-SyncChannelCredentials() {
-  const std::string roots = absl::GetFlag(FLAGS_tls_root_certs);
-  if (absl::GetFlag(FLAGS_tls_cert).empty() !=
-      absl::GetFlag(FLAGS_tls_key).empty()) {
-    return absl::InvalidArgumentError(
-        "--tls_cert and --tls_key: give both or neither");
-  }
-  if (roots.empty()) {
-    if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
-      return absl::InvalidArgumentError(
-          "--tls_cert: needs --tls_root_certs (TLS)");
-    }
-    return grpc::InsecureChannelCredentials();
-  }
-  grpc::SslCredentialsOptions ssl;
-  absl::StatusOr<std::string> pem = ReadFlagFile("tls_root_certs", roots);
-  if (!pem.ok()) return pem.status();
-  ssl.pem_root_certs = *std::move(pem);
-  if (!absl::GetFlag(FLAGS_tls_cert).empty()) {
-    absl::StatusOr<std::string> cert =
-        ReadFlagFile("tls_cert", absl::GetFlag(FLAGS_tls_cert));
-    if (!cert.ok()) return cert.status();
-    absl::StatusOr<std::string> key =
-        ReadFlagFile("tls_key", absl::GetFlag(FLAGS_tls_key));
-    if (!key.ok()) return key.status();
-    ssl.pem_cert_chain = *std::move(cert);
-    ssl.pem_private_key = *std::move(key);
-  }
-  return grpc::SslCredentials(ssl);
-}
-
-// A blocking call watched by StreamWatchdog: busy from the start of a round
-// trip to its end.
-struct Watched {
-  grpc::ClientContext* context = nullptr;
-  std::atomic<int64_t> busy_since_ns{0};  // 0: idle.
-  std::atomic<bool> fired{false};         // Cancelled for taking too long.
-
-  void Busy() { busy_since_ns.store(absl::GetCurrentTimeNanos()); }
-  void Idle() { busy_since_ns.store(0); }
-};
-
-// One thread that cancels the watched calls busy for longer than
-// --sync_timeout: gRPC's blocking streams have no per-message deadline.
-class StreamWatchdog {
- public:
-  static StreamWatchdog& Get() {
-    static StreamWatchdog* watchdog = new StreamWatchdog;  // Never destroyed.
-    return *watchdog;
-  }
-  void Add(Watched* watched) {
-    absl::MutexLock lock(&mu_);
-    if (!started_) {
-      started_ = true;
-      std::thread([this] { Loop(); }).detach();
-    }
-    watched_.insert(watched);
-  }
-  // After it returns, the watchdog no longer touches `watched`.
-  void Remove(Watched* watched) {
-    absl::MutexLock lock(&mu_);
-    watched_.erase(watched);
-  }
-
- private:
-  void Loop() {
-    const int64_t timeout_ns =
-        absl::ToInt64Nanoseconds(absl::GetFlag(FLAGS_sync_timeout));
-    for (;;) {
-      absl::SleepFor(absl::Milliseconds(50));
-      const int64_t now = absl::GetCurrentTimeNanos();
-      absl::MutexLock lock(&mu_);
-      for (Watched* watched : watched_) {
-        const int64_t since = watched->busy_since_ns.load();
-        if (since != 0 && now - since > timeout_ns &&
-            !watched->fired.exchange(true)) {
-          watched->context->TryCancel();
-        }
-      }
-    }
-  }
-
-  absl::Mutex mu_;
-  bool started_ ABSL_GUARDED_BY(mu_) = false;
-  std::set<Watched*> watched_ ABSL_GUARDED_BY(mu_);
-};
-
 // A blocking bidi stream that is finished exactly once. gRPC aborts the
 // process (GRPC_CALL_ERROR_TOO_MANY_OPERATIONS) when Finish() is called twice
 // on one call: a stream that broke mid-run (a drain, a dead server) was
@@ -355,12 +251,8 @@ class SyncStream {
   // [&](grpc::ClientContext* c) { return stub->Decode(c); }.
   template <typename Open>
   explicit SyncStream(Open open)
-      : stream_((Authorize(&context_), open(&context_))) {
-    watched_.context = &context_;
-    StreamWatchdog::Get().Add(&watched_);
-  }
+      : stream_(open(&context_)) {}
   ~SyncStream() {
-    StreamWatchdog::Get().Remove(&watched_);
     if (!ended_) {
       context_.TryCancel();
       (void)stream_->Finish();
@@ -373,9 +265,9 @@ class SyncStream {
   // (now or before): status() then says why.
   bool RoundTrip(const W& request, R* reply) {
     if (ended_) return false;
-    watched_.Busy();
+    const uint64_t ticket = Arm();
     const bool answered = stream_->Write(request) && stream_->Read(reply);
-    watched_.Idle();
+    Disarm(ticket);
     if (answered) return true;
     End();
     return false;
@@ -384,12 +276,12 @@ class SyncStream {
   // Half-closes the stream if it is still open and returns its final status.
   absl::Status Close() {
     if (!ended_) {
-      watched_.Busy();
+      const uint64_t ticket = Arm();
       stream_->WritesDone();
       ended_ = true;
       status_ = ToAbsl(stream_->Finish());
-      watched_.Idle();
-      if (watched_.fired) status_ = TimedOut();
+      Disarm(ticket);
+      if (fired_) status_ = TimedOut();
     }
     return status_;
   }
@@ -404,11 +296,20 @@ class SyncStream {
   void End() {
     ended_ = true;
     status_ = ToAbsl(stream_->Finish());
-    if (watched_.fired) {
+    if (fired_) {
       status_ = TimedOut();
     } else if (status_.ok()) {
       status_ = absl::UnavailableError("stream ended without an answer");
     }
+  }
+  // The library's watchdog cancels the call after --sync_timeout: gRPC's
+  // blocking streams have no per-message deadline.
+  uint64_t Arm() {
+    return ArmCallDeadline(&context_,
+                           absl::Now() + absl::GetFlag(FLAGS_sync_timeout));
+  }
+  void Disarm(uint64_t ticket) {
+    if (DisarmCallDeadline(ticket)) fired_ = true;
   }
   static absl::Status TimedOut() {
     return absl::DeadlineExceededError(
@@ -418,8 +319,8 @@ class SyncStream {
   }
 
   grpc::ClientContext context_;
-  Watched watched_;
   std::unique_ptr<grpc::ClientReaderWriter<W, R>> stream_;
+  bool fired_ = false;  // Cancelled for taking longer than --sync_timeout.
   bool ended_ = false;
   absl::Status status_;
 };
@@ -523,7 +424,6 @@ class SessionRunner final : public Runner {
       id_ = session_->id();
     } else {
       grpc::ClientContext context;
-      Authorize(&context);
       context.set_deadline(std::chrono::system_clock::now() + kUnaryDeadline);
       v1::CreateSessionResponse response;
       grpc::Status status =
@@ -620,7 +520,6 @@ class SessionRunner final : public Runner {
     if (decode_ != nullptr) (void)decode_->Close();
     if (!id_.empty()) {
       grpc::ClientContext context;
-      Authorize(&context);
       context.set_deadline(std::chrono::system_clock::now() + kUnaryDeadline);
       v1::CloseSessionRequest request;
       request.set_session_id(id_);
@@ -929,7 +828,6 @@ class BatchRunner final : public Runner {
 // status (UNIMPLEMENTED when the server runs without --enable_echo).
 absl::Status ProbeEcho(v1::EntroKv::Stub* stub) {
   grpc::ClientContext context;
-  Authorize(&context);
   context.set_deadline(std::chrono::system_clock::now() +
                        std::chrono::seconds(10));
   auto stream = stub->Echo(&context);
@@ -1074,9 +972,12 @@ int Run() {
   shared.prefill_chunk = std::max(1, absl::GetFlag(FLAGS_prefill_chunk));
 
   const std::string target = absl::GetFlag(FLAGS_target);
-  grpc::ChannelArguments args;
-  args.SetMaxReceiveMessageSize(256 << 20);
-  args.SetMaxSendMessageSize(256 << 20);
+  ClientOptions options;
+  options.target = target;
+  options.max_message_bytes = 256 << 20;
+  options.tls_root_certs_file = absl::GetFlag(FLAGS_tls_root_certs);
+  options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
   if (const std::string file = absl::GetFlag(FLAGS_auth_token_file);
       !file.empty()) {
     absl::StatusOr<std::string> token = ReadFlagFile("auth_token_file", file);
@@ -1084,27 +985,21 @@ int Run() {
       std::fprintf(stderr, "%s\n", token.status().ToString().c_str());
       return 2;
     }
-    BearerToken() = std::string(absl::StripAsciiWhitespace(*token));
+    options.bearer_token = std::string(absl::StripAsciiWhitespace(*token));
   }
-  absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
-      SyncChannelCredentials();
-  if (!credentials.ok()) {
-    std::fprintf(stderr, "%s\n", credentials.status().ToString().c_str());
+  // Echo, and Decode with --client=sync, go over the library's channel
+  // (credentials, bearer token) without the library. Neither it nor
+  // Connect() waits for the server: they fail only on options, i.e. on
+  // flags.
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateChannel(options);
+  if (!channel.ok()) {
+    std::fprintf(stderr, "%s\n", channel.status().ToString().c_str());
     return 2;
   }
-  auto channel = grpc::CreateCustomChannel(target, *credentials, args);
   shared.stub =
-      std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(channel));
+      std::shared_ptr<v1::EntroKv::Stub>(v1::EntroKv::NewStub(*channel));
   if (client_kind != "sync") {
-    ClientOptions options;
-    options.target = target;
-    options.max_message_bytes = 256 << 20;
-    options.tls_root_certs_file = absl::GetFlag(FLAGS_tls_root_certs);
-    options.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
-    options.tls_key_file = absl::GetFlag(FLAGS_tls_key);
-    options.bearer_token = BearerToken();
-    // Connect() does not wait for the server: it fails only on options,
-    // i.e. on flags.
     absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
     if (!client.ok()) {
       std::fprintf(stderr, "%s\n", client.status().ToString().c_str());
