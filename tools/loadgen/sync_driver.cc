@@ -16,6 +16,7 @@
 #include "entrokv/core/config.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "grpcpp/grpcpp.h"
+#include "proto/convert/config_convert.h"
 #include "runner.h"
 #include "session_runner.h"
 #include "sync_stream.h"
@@ -27,26 +28,12 @@ namespace {
 // Deadline of the unary calls, CreateSession and CloseSession.
 constexpr auto kUnaryDeadline = std::chrono::seconds(10);
 
-v1::CreateSessionRequest CreateRequest(const SessionConfig& c) {
+// The session as the client library would create it, placed on the CPU
+// when a GPU placement cannot be had.
+v1::CreateSessionRequest CreateRequest(const SessionConfig& config) {
   v1::CreateSessionRequest request;
-  v1::SessionConfig* config = request.mutable_config();
-  config->mutable_shape()->set_layers(c.shape.layers);
-  config->mutable_shape()->set_kv_heads(c.shape.kv_heads);
-  config->mutable_shape()->set_q_heads(c.shape.q_heads);
-  config->mutable_shape()->set_head_dim(c.shape.head_dim);
-  config->mutable_shape()->set_element_type(
-      c.shape.element_type == ElementType::kF32   ? v1::ELEMENT_TYPE_F32
-      : c.shape.element_type == ElementType::kF16 ? v1::ELEMENT_TYPE_F16
-                                                  : v1::ELEMENT_TYPE_BF16);
-  config->set_budget(c.budget);
-  config->set_policy(PolicyName(c));
-  config->set_block_size(c.block_size);
-  config->set_placement(c.placement == Placement::kCpu   ? v1::PLACEMENT_CPU
-                        : c.placement == Placement::kGpu ? v1::PLACEMENT_GPU
-                                                         : v1::PLACEMENT_AUTO);
-  config->set_placement_fallback(true);
-  config->set_decide_every(c.decide_every);
-  config->set_block_summary(c.block_summary);
+  proto::ToProto(config, request.mutable_config());
+  request.mutable_config()->set_placement_fallback(true);
   return request;
 }
 
