@@ -16,6 +16,7 @@
 #include "connection_watch.h"
 #include "convert.h"
 #include "decode_stream.h"
+#include "entrokv/client/raw_transport.h"
 #include "entrokv/core/sketch.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "environment.h"
@@ -428,7 +429,7 @@ std::vector<absl::StatusOr<StepOutcome>> DecodeBatchImpl::Step(
 
 }  // namespace
 
-absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CreateChannel(
     const ClientOptions& options) {
   if (options.target.empty()) {
     return absl::InvalidArgumentError("target: empty");
@@ -463,11 +464,6 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
               Milliseconds(options.reconnect_max_backoff));
   args.SetInt(GRPC_ARG_MIN_RECONNECT_BACKOFF_MS,
               Milliseconds(options.connect_timeout));
-  if (absl::StatusOr<std::optional<absl::Duration>> deadline =
-          client_internal::StepDeadlineFromEnvironment();
-      !deadline.ok()) {
-    return deadline.status();
-  }
   absl::StatusOr<std::shared_ptr<grpc::ChannelCredentials>> credentials =
       ChannelCredentials(options);
   if (!credentials.ok()) return credentials.status();
@@ -478,10 +474,21 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
     interceptors.push_back(
         std::make_unique<BearerTokenInterceptorFactory>(options.bearer_token));
   }
-  std::shared_ptr<grpc::Channel> channel =
-      grpc::experimental::CreateCustomChannelWithInterceptors(
-          options.target, *credentials, args, std::move(interceptors));
-  return std::unique_ptr<Client>(new ClientImpl(options, std::move(channel)));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      options.target, *credentials, args, std::move(interceptors));
+}
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(
+    const ClientOptions& options) {
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      CreateChannel(options);
+  if (!channel.ok()) return channel.status();
+  if (absl::StatusOr<std::optional<absl::Duration>> deadline =
+          client_internal::StepDeadlineFromEnvironment();
+      !deadline.ok()) {
+    return deadline.status();
+  }
+  return std::unique_ptr<Client>(new ClientImpl(options, *std::move(channel)));
 }
 
 }  // namespace entrokv

@@ -2,6 +2,8 @@
 
 #include <utility>
 
+#include "entrokv/client/raw_transport.h"
+
 namespace entrokv::client_internal {
 
 DeadlineWatchdog::~DeadlineWatchdog() {
@@ -63,3 +65,24 @@ void DeadlineWatchdog::Loop() {
 }
 
 }  // namespace entrokv::client_internal
+
+namespace entrokv {
+namespace {
+
+// Never destroyed: a caller's stream may outlive static destruction.
+client_internal::DeadlineWatchdog& ProcessWatchdog() {
+  static auto* watchdog = new client_internal::DeadlineWatchdog;
+  return *watchdog;
+}
+
+}  // namespace
+
+uint64_t ArmCallDeadline(grpc::ClientContext* context, absl::Time deadline) {
+  return ProcessWatchdog().Arm(context, deadline);
+}
+
+bool DisarmCallDeadline(uint64_t ticket) {
+  return ProcessWatchdog().Disarm(ticket);
+}
+
+}  // namespace entrokv

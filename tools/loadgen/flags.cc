@@ -1,0 +1,260 @@
+#include "flags.h"
+
+#include <algorithm>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+#include "absl/flags/flag.h"
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/flags.h"
+#include "entrokv/core/element_type.h"
+
+ABSL_FLAG(std::string, target, "unix:/run/entrokv/entrokv.sock",
+          "Server target: unix:/path or host:port (the server's default "
+          "listen address by default)");
+ABSL_FLAG(std::string, mode, "both",
+          "entrokv, echo, or both (interleaved); echo needs a server started "
+          "with --enable_echo (without it, both runs entrokv alone and says "
+          "so)");
+ABSL_FLAG(std::string, client, "library",
+          "Decode client: library (the default: entrokv::Session, as engines "
+          "run it, on its sync stream), library-callback (entrokv::Session on "
+          "the callback API) or sync (raw transport: generated stubs, a "
+          "blocking stream per session, no client library)");
+ABSL_FLAG(int32_t, sessions, 8, "Concurrent sessions (one thread each)");
+ABSL_FLAG(int32_t, prefill, 1024, "Entries appended before the decode steps");
+ABSL_FLAG(int32_t, prefill_chunk, 256, "Entries per prefill message");
+ABSL_FLAG(int32_t, rounds, 5,
+          "Rounds; each runs every mode once (ignored with --duration)");
+ABSL_FLAG(absl::Duration, duration, absl::ZeroDuration(),
+          "Run rounds until this much time has passed since the sessions "
+          "started (the round in progress finishes), e.g. 10m for a soak or "
+          "a dashboard demo; 0: --rounds rounds");
+ABSL_FLAG(int32_t, steps_per_round, 200,
+          "Decode steps per session, mode and round");
+ABSL_FLAG(double, rate, 0.0,
+          "Open loop: steps/s over all sessions; 0: closed loop");
+ABSL_FLAG(int32_t, layers, 4, "Layers sent per step");
+ABSL_FLAG(int32_t, kv_heads, 2, "KV heads");
+ABSL_FLAG(int32_t, q_heads, 8, "Query heads");
+ABSL_FLAG(int32_t, head_dim, 64, "Head dimension");
+ABSL_FLAG(std::string, dtype, "f16", "Element type: f32, f16 or bf16");
+ABSL_FLAG(std::string, policy, "entropy",
+          "Policy: a ranking, RANKING+CONTROL, or entropy");
+ABSL_FLAG(int64_t, budget, 1024, "Live entries budget");
+ABSL_FLAG(int32_t, block_size, 1, "1: tokens; N: blocks of N tokens");
+ABSL_FLAG(std::string, placement, "cpu", "cpu, gpu or auto");
+ABSL_FLAG(uint64_t, seed, 1, "Synthetic stream seed (session i uses seed+i)");
+ABSL_FLAG(int32_t, pool, 64, "Distinct decode steps generated per session");
+ABSL_FLAG(absl::Duration, step_deadline, absl::Seconds(10),
+          "--client=library: per-step deadline");
+ABSL_FLAG(absl::Duration, create_deadline, absl::Seconds(5),
+          "--client=library: deadline of a session's creation (its attach "
+          "included) and of its close");
+ABSL_FLAG(int32_t, batch, 1,
+          "Sessions per DecodeBatch: each thread steps N sessions with one "
+          "message per decode step (client library); Echo then sends one "
+          "message of the same bytes. 1: one stream per session");
+ABSL_FLAG(std::string, sketch, "exact",
+          "exact or project:R (client library only: it projects)");
+ABSL_FLAG(std::string, query_form, "per_head",
+          "per_head or group_sum (client library only)");
+ABSL_FLAG(int32_t, decide_every, 1, "Decision cadence K");
+ABSL_FLAG(bool, block_summary, false,
+          "One state per block (needs --block_size >= 2)");
+ABSL_FLAG(bool, json, false, "Print the report as JSON");
+ABSL_FLAG(bool, progress, true, "Progress bar on stderr");
+ABSL_FLAG(absl::Duration, sync_timeout, absl::Seconds(10),
+          "A round trip (or the close) of a blocking Decode or Echo stream "
+          "that takes longer than this cancels the stream; its step counts "
+          "as DEADLINE_EXCEEDED and the stream's later steps as not sent (a "
+          "stopped server must not hang the run)");
+ABSL_FLAG(std::string, tls_root_certs, "",
+          "PEM file of the CA(s) that sign the server's certificate: connect "
+          "with TLS (empty: plaintext)");
+ABSL_FLAG(std::string, tls_cert, "",
+          "PEM client certificate for a mutual-TLS server (with --tls_key)");
+ABSL_FLAG(std::string, tls_key, "", "PEM key of --tls_cert");
+ABSL_FLAG(std::string, auth_token_file, "",
+          "File holding the bearer token a server started with "
+          "--auth_token_file requires (sent as authorization: Bearer ...)");
+ABSL_FLAG(bool, fail_on_error, false,
+          "Exit 1 when any step was not answered OK by the server (rejected, "
+          "lost with its stream, not sent after its stream ended, or decided "
+          "locally by the client library), a session failed to start or a "
+          "session close failed. Without it the exit code is 0 whenever the "
+          "run completes, failures or not: they are counted by status code "
+          "in the report. Bad flags exit 2 either way");
+
+namespace entrokv::loadgen {
+namespace {
+
+// The whole content of `path`, or an error naming `flag`.
+absl::StatusOr<std::string> ReadFlagFile(const char* flag,
+                                         const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--", flag, ": cannot read ", path));
+  }
+  std::ostringstream content;
+  content << in.rdbuf();
+  return content.str();
+}
+
+// The session's shape, policy and cadence flags as a checked SessionConfig.
+absl::StatusOr<SessionConfig> SessionConfigFromFlags() {
+  SessionConfig config;
+  config.shape.layers = absl::GetFlag(FLAGS_layers);
+  config.shape.kv_heads = absl::GetFlag(FLAGS_kv_heads);
+  config.shape.q_heads = absl::GetFlag(FLAGS_q_heads);
+  config.shape.head_dim = absl::GetFlag(FLAGS_head_dim);
+  if (!ParseElementType(absl::GetFlag(FLAGS_dtype),
+                        &config.shape.element_type)) {
+    return absl::InvalidArgumentError("--dtype: unknown element type");
+  }
+  config.budget = absl::GetFlag(FLAGS_budget);
+  config.block_size = absl::GetFlag(FLAGS_block_size);
+  config.block_summary = absl::GetFlag(FLAGS_block_summary);
+  config.decide_every = absl::GetFlag(FLAGS_decide_every);
+  if (absl::Status sketch =
+          ApplySketchName(absl::GetFlag(FLAGS_sketch), &config.shape);
+      !sketch.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--", sketch.ToString()));
+  }
+  if (!ParseQueryForm(absl::GetFlag(FLAGS_query_form),
+                      &config.shape.query_form)) {
+    return absl::InvalidArgumentError("--query_form: per_head or group_sum");
+  }
+  if (!ParsePlacement(absl::GetFlag(FLAGS_placement), &config.placement)) {
+    return absl::InvalidArgumentError("--placement: unknown placement");
+  }
+  absl::Status status = ApplyPolicyName(absl::GetFlag(FLAGS_policy), &config);
+  if (status.ok()) status = ValidateSessionConfig(config);
+  if (!status.ok()) return absl::InvalidArgumentError(status.ToString());
+  return config;
+}
+
+// The modes, the client and the number of sessions and threads.
+absl::Status ApplyLoadFlags(Options* options) {
+  const std::string mode = absl::GetFlag(FLAGS_mode);
+  if (mode == "both") {
+    options->modes = {"entrokv", "echo"};
+  } else if (mode == "entrokv" || mode == "echo") {
+    options->modes = {mode};
+  } else {
+    return absl::InvalidArgumentError("--mode: entrokv, echo or both");
+  }
+  options->client = absl::GetFlag(FLAGS_client);
+  if (options->client != "sync" && options->client != "library" &&
+      options->client != "library-callback") {
+    return absl::InvalidArgumentError(
+        "--client: sync, library or library-callback");
+  }
+  options->sessions = std::max(1, absl::GetFlag(FLAGS_sessions));
+  options->batch = std::max(1, absl::GetFlag(FLAGS_batch));
+  const Shape& shape = options->config.shape;
+  if (!options->UsesLibrary() && (options->batch > 1 || shape.sketch_dim > 0 ||
+                                  shape.query_form != QueryForm::kPerHead)) {
+    return absl::InvalidArgumentError(
+        "--batch, --sketch and --query_form=group_sum need the client "
+        "library: add --client=library");
+  }
+  if (options->sessions % options->batch != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--sessions %d is not a multiple of --batch %d",
+                        options->sessions, options->batch));
+  }
+  options->threads = options->sessions / options->batch;
+  options->rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
+  options->duration = absl::GetFlag(FLAGS_duration);
+  if (options->duration < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrFormat("--duration %s: must not be negative",
+                        absl::FormatDuration(options->duration)));
+  }
+  return absl::OkStatus();
+}
+
+// The channel every mode uses (ClientOptions) and the library's sessions.
+absl::Status ApplyConnectionFlags(Options* options) {
+  ClientOptions& client = options->client_options;
+  client.target = absl::GetFlag(FLAGS_target);
+  client.max_message_bytes = 256 << 20;
+  client.tls_root_certs_file = absl::GetFlag(FLAGS_tls_root_certs);
+  client.tls_cert_file = absl::GetFlag(FLAGS_tls_cert);
+  client.tls_key_file = absl::GetFlag(FLAGS_tls_key);
+  if (const std::string file = absl::GetFlag(FLAGS_auth_token_file);
+      !file.empty()) {
+    absl::StatusOr<std::string> token = ReadFlagFile("auth_token_file", file);
+    if (!token.ok()) {
+      return absl::InvalidArgumentError(token.status().ToString());
+    }
+    client.bearer_token = std::string(absl::StripAsciiWhitespace(*token));
+  }
+  SessionOptions& session = options->session_options;
+  session.step_deadline = absl::GetFlag(FLAGS_step_deadline);
+  session.create_deadline = absl::GetFlag(FLAGS_create_deadline);
+  session.offline_when_unavailable = false;
+  session.stream_api = options->client == "library-callback"
+                           ? StreamApi::kCallback
+                           : StreamApi::kSync;
+  options->sync_timeout = absl::GetFlag(FLAGS_sync_timeout);
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void ParseCommandLine(int argc, char** argv) {
+  entrokv::ParseFlags(
+      argc, argv,
+      {.usage =
+           "Load test for entrokv-server: N synthetic sessions, decode-step "
+           "latency and throughput side by side with the Echo baseline.\n"
+           "  entrokv-loadgen --target=unix:/tmp/entrokv.sock --sessions=64\n"
+           "Exit status: 0 when the run completes, 1 on failures with "
+           "--fail_on_error, 2 on bad flags.",
+       .source_dirs = {"tools/loadgen/"},
+       .groups = {
+           {"Server",
+            {"target", "tls_root_certs", "tls_cert", "tls_key",
+             "auth_token_file"}},
+           {"Load",
+            {"mode", "client", "sessions", "batch", "rounds", "steps_per_round",
+             "duration", "rate", "prefill", "prefill_chunk", "pool", "seed"}},
+           {"Session shape and policy",
+            {"layers", "kv_heads", "q_heads", "head_dim", "dtype", "policy",
+             "budget", "block_size", "block_summary", "placement", "sketch",
+             "query_form", "decide_every"}},
+           {"Deadlines", {"step_deadline", "create_deadline", "sync_timeout"}},
+           {"Output", {"json", "progress", "fail_on_error", "log_level"}},
+       }});
+}
+
+absl::StatusOr<Options> OptionsFromFlags() {
+  Options options;
+  absl::StatusOr<SessionConfig> config = SessionConfigFromFlags();
+  if (!config.ok()) return config.status();
+  options.config = *std::move(config);
+  if (absl::Status load = ApplyLoadFlags(&options); !load.ok()) return load;
+  options.steps_per_round = std::max(1, absl::GetFlag(FLAGS_steps_per_round));
+  options.rate = absl::GetFlag(FLAGS_rate);
+  options.prefill = std::max(0, absl::GetFlag(FLAGS_prefill));
+  options.prefill_chunk = std::max(1, absl::GetFlag(FLAGS_prefill_chunk));
+  options.pool = std::max(1, absl::GetFlag(FLAGS_pool));
+  options.seed = absl::GetFlag(FLAGS_seed);
+  options.json = absl::GetFlag(FLAGS_json);
+  options.progress = absl::GetFlag(FLAGS_progress);
+  options.fail_on_error = absl::GetFlag(FLAGS_fail_on_error);
+  if (absl::Status connection = ApplyConnectionFlags(&options);
+      !connection.ok()) {
+    return connection;
+  }
+  return options;
+}
+
+}  // namespace entrokv::loadgen

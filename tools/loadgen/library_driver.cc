@@ -1,0 +1,258 @@
+// The client-library drivers (--client=library, the default, and
+// library-callback): one session per thread through entrokv::Session, as
+// engines run it, or --batch sessions per thread through one DecodeBatch.
+// The library's local fallbacks are counted apart from the server's answers
+// (report.h). Echo goes over the raw transport in either case.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "entrokv/client/batch.h"
+#include "entrokv/client/client.h"
+#include "entrokv/client/session.h"
+#include "report.h"
+#include "runner.h"
+#include "session_runner.h"
+#include "sync_stream.h"
+#include "workload.h"
+
+namespace entrokv::loadgen {
+namespace {
+
+// The byte counts of `session`'s counters from `before` to now.
+void AddBytes(const SessionCounters& before, const Session& session,
+              int64_t* sent, int64_t* received) {
+  const SessionCounters after = session.counters();
+  *sent += after.bytes_sent - before.bytes_sent;
+  *received += after.bytes_received - before.bytes_received;
+}
+
+class LibrarySessionRunner final : public SessionRunner {
+ public:
+  using SessionRunner::SessionRunner;
+
+  void TearDown() override {
+    if (session_ == nullptr) return;
+    if (absl::Status closed = session_->Close(); !closed.ok()) {
+      shared()->CloseFailed(closed);
+    }
+  }
+
+ private:
+  absl::StatusOr<std::string> Open() override {
+    absl::StatusOr<std::unique_ptr<Session>> session =
+        shared()->client->CreateSession(shared()->options.config,
+                                        shared()->options.session_options);
+    if (!session.ok()) return session.status();
+    session_ = *std::move(session);
+    return session_->id();
+  }
+
+  StepAnswer SendDecode(uint64_t first_slot, int count, const std::string& keys,
+                        const std::string& query, double entropy,
+                        ModeStats* stats) override {
+    std::vector<uint64_t> slots(count);
+    for (int i = 0; i < count; ++i) slots[i] = first_slot + i;
+    const SessionCounters before = session_->counters();
+    absl::StatusOr<StepOutcome> outcome = session_->Step(
+        MakeStepRequest(element_type(), slots, keys, query, entropy));
+    StepAnswer answer;
+    if (!outcome.ok()) {
+      answer.status = outcome.status();
+      return answer;
+    }
+    answer.fallback = outcome->fallback;
+    if (answer.fallback) answer.degraded_reason = session_->degraded_reason();
+    if (stats != nullptr) {
+      AddBytes(before, *session_, &stats->bytes_sent, &stats->bytes_received);
+      if (!outcome->fallback) {
+        stats->evicted += static_cast<int64_t>(outcome->evicted.size());
+        stats->server_ns.push_back(
+            absl::ToInt64Nanoseconds(outcome->server_compute));
+      }
+    }
+    return answer;
+  }
+
+  std::unique_ptr<Session> session_;
+};
+
+// One thread stepping `data.size()` sessions through one DecodeBatch: one
+// message per decode step for all of them. Echo sends one message of the
+// same bytes each way.
+class BatchRunner final : public Runner {
+ public:
+  BatchRunner(Shared* shared, std::vector<SessionData> data)
+      : shared_(shared), data_(std::move(data)) {}
+
+  absl::Status SetUp() override {
+    const Options& options = shared_->options;
+    batch_ = shared_->client->CreateBatch(options.session_options.stream_api);
+    for (size_t i = 0; i < data_.size(); ++i) {
+      absl::StatusOr<std::unique_ptr<Session>> session =
+          batch_->CreateSession(options.config, options.session_options);
+      if (!session.ok()) return session.status();
+      sessions_.push_back(*std::move(session));
+    }
+    next_slot_.assign(data_.size(), 0);
+    // Prefill one session per message: a whole batch's prefill chunk could
+    // pass the server's message size limit.
+    for (size_t i = 0; i < data_.size(); ++i) {
+      for (size_t c = 0; c < data_[i].prefill_keys.size(); ++c) {
+        const std::vector<uint64_t> slots =
+            Slots(i, data_[i].prefill_counts[c]);
+        const BatchStep step{
+            sessions_[i].get(),
+            Request(slots, data_[i].prefill_keys[c], data_[i].prefill_query,
+                    data_[i].prefill_entropy)};
+        absl::StatusOr<StepOutcome> o = std::move(batch_->Step({&step, 1})[0]);
+        if (!o.ok()) return o.status();
+        if (o->fallback) {
+          return PrefillFellBack(sessions_[i]->degraded_reason());
+        }
+      }
+    }
+    if (shared_->RunsEcho()) {
+      echo_ = std::make_unique<EchoSender>(shared_->stub.get(),
+                                           options.sync_timeout);
+    }
+    return absl::OkStatus();
+  }
+
+  void RunPhase(const std::string& mode, absl::Time phase_start) override {
+    ModeStats stats;
+    const int64_t n = static_cast<int64_t>(data_.size());
+    for (int k = 0; k < shared_->options.steps_per_round; ++k) {
+      PaceStep(shared_->options.ThreadRate(), phase_start, k);
+      if (mode != "echo") {
+        Decode(&stats);
+      } else if (echo_->ended()) {
+        // Not sent: counted under the status that ended the stream.
+        stats.not_sent[CodeName(echo_->status().code())] += n;
+      } else {
+        Echo(&stats);
+      }
+      shared_->done.fetch_add(n, std::memory_order_relaxed);
+    }
+    shared_->Merge(mode, stats);
+  }
+
+  void TearDown() override {
+    for (auto& session : sessions_) {
+      if (absl::Status closed = session->Close(); !closed.ok()) {
+        shared_->CloseFailed(closed);
+      }
+    }
+    // A broken echo stream was counted when it broke.
+    if (echo_ != nullptr) (void)echo_->Close();
+  }
+
+ private:
+  std::vector<uint64_t> Slots(size_t i, int count) {
+    std::vector<uint64_t> slots(count);
+    for (int e = 0; e < count; ++e) slots[e] = kSlotBase + next_slot_[i]++;
+    return slots;
+  }
+
+  StepRequest Request(const std::vector<uint64_t>& slots,
+                      const std::string& keys, const std::string& query,
+                      double entropy) const {
+    return MakeStepRequest(shared_->options.config.shape.element_type, slots,
+                           keys, query, entropy);
+  }
+
+  void Decode(ModeStats* stats) {
+    std::vector<std::vector<uint64_t>> slots;
+    std::vector<const PoolStep*> picks;
+    for (size_t i = 0; i < data_.size(); ++i) {
+      picks.push_back(&data_[i].pool[pool_index_ % data_[i].pool.size()]);
+      slots.push_back(Slots(i, 1));
+    }
+    ++pool_index_;
+    std::vector<BatchStep> steps;
+    std::vector<SessionCounters> before;
+    for (size_t i = 0; i < data_.size(); ++i) {
+      steps.push_back(
+          {sessions_[i].get(), Request(slots[i], picks[i]->key, picks[i]->query,
+                                       picks[i]->entropy)});
+      before.push_back(sessions_[i]->counters());
+    }
+    const absl::Time start = absl::Now();
+    std::vector<absl::StatusOr<StepOutcome>> outcomes = batch_->Step(steps);
+    const absl::Duration latency = absl::Now() - start;
+    bool all_server = true;
+    int64_t sent = 0, received = 0;
+    for (size_t i = 0; i < outcomes.size(); ++i) {
+      AddBytes(before[i], *sessions_[i], &sent, &received);
+      if (!outcomes[i].ok()) {
+        ++stats->codes[CodeName(outcomes[i].status().code())];
+        all_server = false;
+      } else if (outcomes[i]->fallback) {
+        ++stats->fallbacks;
+        ++stats
+              ->fallback_causes[FallbackCause(sessions_[i]->degraded_reason())];
+        all_server = false;
+      } else {
+        ++stats->codes["OK"];
+        stats->evicted += static_cast<int64_t>(outcomes[i]->evicted.size());
+        stats->server_ns.push_back(
+            absl::ToInt64Nanoseconds(outcomes[i]->server_compute));
+      }
+    }
+    stats->bytes_sent += sent;
+    stats->bytes_received += received;
+    last_sent_ = sent;
+    last_received_ = received;
+    // A message's latency counts only when the server answered all of it.
+    if (all_server) {
+      stats->latency_ns.push_back(absl::ToInt64Nanoseconds(latency));
+    }
+  }
+
+  void Echo(ModeStats* stats) {
+    if (last_sent_ == 0) {
+      // No decode message yet this run: size one like it.
+      last_sent_ = static_cast<int64_t>(data_.size()) * 64;
+      last_received_ = static_cast<int64_t>(data_.size()) * 48;
+    }
+    const absl::Time start = absl::Now();
+    if (!echo_->RoundTrip(last_sent_, last_received_, stats)) {
+      // The message carried one step of each session.
+      stats->codes[CodeName(echo_->status().code())] +=
+          static_cast<int64_t>(data_.size());
+      return;
+    }
+    stats->latency_ns.push_back(absl::ToInt64Nanoseconds(absl::Now() - start));
+    stats->codes["OK"] += static_cast<int64_t>(data_.size());
+  }
+
+  Shared* const shared_;
+  const std::vector<SessionData> data_;
+  std::unique_ptr<DecodeBatch> batch_;
+  std::vector<std::unique_ptr<Session>> sessions_;
+  std::vector<uint64_t> next_slot_;
+  size_t pool_index_ = 0;
+  int64_t last_sent_ = 0;
+  int64_t last_received_ = 0;
+  std::unique_ptr<EchoSender> echo_;
+};
+
+}  // namespace
+
+std::unique_ptr<Runner> CreateLibraryRunner(Shared* shared, SessionData data) {
+  return std::make_unique<LibrarySessionRunner>(shared, std::move(data));
+}
+
+std::unique_ptr<Runner> CreateBatchRunner(Shared* shared,
+                                          std::vector<SessionData> data) {
+  return std::make_unique<BatchRunner>(shared, std::move(data));
+}
+
+}  // namespace entrokv::loadgen
