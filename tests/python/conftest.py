@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import tempfile
@@ -70,8 +71,10 @@ def server_binary() -> str:
 class Server:
     """A running entrokv-server; `target` is its unix socket."""
 
-    def __init__(self, extra_flags=(), directory=None):
-        """`directory`: a dead server's, to restart on its socket path."""
+    def __init__(self, extra_flags=(), directory=None, tcp_port=None):
+        """`directory`: a dead server's, to restart on its socket path.
+        `tcp_port`: listen on 127.0.0.1:`tcp_port` instead of a unix socket
+        (a TCP connect is asynchronous in gRPC; a unix one is not)."""
         binary = server_binary()
         if not os.access(binary, os.X_OK):
             pytest.skip(f"no entrokv-server at {binary} (build it first)")
@@ -79,19 +82,27 @@ class Server:
         self.socket = os.path.join(self.dir, "s.sock")
         if os.path.exists(self.socket):
             os.unlink(self.socket)
-        self.target = "unix:" + self.socket
+        self.tcp_port = tcp_port
+        self.target = ("unix:" + self.socket if tcp_port is None
+                       else f"127.0.0.1:{tcp_port}")
         self.log = open(os.path.join(self.dir, "server.log"), "w")
         self.proc = subprocess.Popen(
             [binary, f"--listen={self.target}", "--gpu=false",
              "--log_level=warn", *extra_flags],
             stdout=self.log, stderr=subprocess.STDOUT)
         deadline = time.monotonic() + 20
-        while not os.path.exists(self.socket):
+        while not self._listening():
             if self.proc.poll() is not None or time.monotonic() > deadline:
                 self.stop()
                 pytest.fail("entrokv-server did not start: " +
                             open(os.path.join(self.dir, "server.log")).read())
             time.sleep(0.02)
+
+    def _listening(self) -> bool:
+        if self.tcp_port is None:
+            return os.path.exists(self.socket)
+        with socket.socket() as probe:
+            return probe.connect_ex(("127.0.0.1", self.tcp_port)) == 0
 
     def pause(self) -> None:
         """SIGSTOP, returning once every thread has stopped."""
@@ -130,6 +141,21 @@ def server():
 def own_server():
     """A server of the test's own (for tests that stall or stop it)."""
     s = Server()
+    yield s
+    s.stop()
+
+
+def free_tcp_port() -> int:
+    """A TCP port on 127.0.0.1 that is free when this returns."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture()
+def own_tcp_server():
+    """As own_server, on a TCP port of 127.0.0.1."""
+    s = Server(tcp_port=free_tcp_port())
     yield s
     s.stop()
 

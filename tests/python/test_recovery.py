@@ -337,6 +337,48 @@ def test_recovers_after_a_server_restart(own_server):
         restarted.stop()
 
 
+def test_new_sessions_are_served_soon_after_a_restart(own_tcp_server):
+    """kill -9, an outage in which the engine keeps starting sequences
+    (offline sessions, without live_keys: nothing is sent while the server is
+    away), then a new server on the same socket: a new session is served
+    within the reconnect backoff, not at gRPC's 5 s backup poll (as C++'s
+    RestartTest.NewSessionsAreServedSoonAfterARestart). Over TCP, whose
+    connects gRPC completes only while something polls the channel."""
+    own_server = own_tcp_server
+    c = entrokv.Client(own_server.target, step_deadline=0.2, create_deadline=0.5)
+    try:
+        s = c.create_session("window", budget=4, shape=SHAPE)
+        assert not s.step([0], real_key(0), np.ones(8, np.float32)).fallback
+        s.close()
+        own_server.proc.kill()
+        own_server.proc.wait()
+        end = time.monotonic() + 1.0
+        while time.monotonic() < end:
+            s = c.create_session("window", budget=4, shape=SHAPE)
+            assert s.offline
+            s.close()
+            time.sleep(0.02)
+        restarted = Server(directory=own_server.dir,
+                           tcp_port=own_server.tcp_port)
+        try:
+            start = time.monotonic()
+            served = None
+            while served is None and time.monotonic() - start < 10:
+                s = c.create_session("window", budget=4, shape=SHAPE)
+                if not s.step([1], real_key(1), np.ones(8, np.float32)).fallback:
+                    served = time.monotonic() - start
+                s.close()
+                time.sleep(0.02)
+            assert served is not None, "no session served 10 s after restart"
+            print(f"kill -9, restart -> first served new session: "
+                  f"{served * 1000:.0f} ms")
+            assert served < 2.0
+        finally:
+            restarted.stop()
+    finally:
+        c.close()
+
+
 def test_pipelined_session_recovers_settling_the_step_in_flight(fake):
     svc = fake.service
     engine = Engine()
