@@ -56,6 +56,7 @@ absl::Status CudaSession::GrowState(int64_t needed) {
     const size_t new_pitch = n * static_cast<size_t>(row_bytes_);
     const size_t old_pitch = static_cast<size_t>(capacity_ * row_bytes_);
     const size_t width = live_n * static_cast<size_t>(row_bytes_);
+    counters_.bytes_copied += static_cast<int64_t>(width) * planes_;
     if (new_pitch < (size_t{1} << 31)) {
       ENTROKV_CUDA_RETURN_IF_ERROR(
           cudaMemcpy2DAsync(keys.as<std::byte>(), new_pitch,

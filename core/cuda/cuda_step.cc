@@ -43,21 +43,25 @@ absl::Status CudaSession::Step(const StepInput& input, StepResult* result,
         "session: its device state was lost to an earlier CUDA error (",
         broken_.message(), "); close it and open a new one"));
   }
-  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
-      config_, limits_, counters_.last_step, table_.live_slots(), live(), input,
-      &decoded_, BackendStepRules(config_)));
-  const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
-  if (!account_->TryReserve(added_bytes)) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "append: ", decoded_.appended, " entries (", added_bytes,
-        " bytes) would exceed the backend's byte limit ", account_->limit()));
-  }
   const bool need_mean =
       RankingNeedsMeanLogit(config_.ranking) || trace != nullptr;
   // A kGroupSum query gives no per-head softmax: a trace's attention stays 0.
   const bool need_attention =
       RankingNeedsAttention(config_.ranking) ||
       (trace != nullptr && config_.shape.query_form == QueryForm::kPerHead);
+  StepRules rules = BackendStepRules(config_);
+  rules.decode_queries = need_mean || need_attention;  // Else only checked.
+  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(config_, limits_,
+                                            counters_.last_step,
+                                            table_.live_slots(), live(), input,
+                                            &decoded_, rules));
+  const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
+  if (!account_->TryReserve(added_bytes)) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "append: ", decoded_.appended, " entries (", added_bytes,
+        " bytes) would exceed the backend's byte limit ", account_->limit()));
+  }
+  counters_.bytes_copied += decoded_.bytes_written;
   absl::Status st = CudaStatus(cudaSetDevice(device_), "selecting the device");
   // The previous step's compaction may still run; its errors surface here.
   if (st.ok()) {
@@ -145,7 +149,10 @@ absl::Status CudaSession::UploadAppend(const StepInput& input, int64_t n_old,
   if (h_staged_.bytes() >= key_bytes) {
     std::memcpy(h_staged_.as<std::byte>(), src, key_bytes);
     src = h_staged_.as<std::byte>();
+    counters_.bytes_copied += static_cast<int64_t>(key_bytes);
   }
+  // To the device's staging buffer, then by the append kernel into storage.
+  counters_.bytes_copied += 2 * static_cast<int64_t>(key_bytes);
   ENTROKV_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(d_staged_.as<std::byte>(), src, key_bytes,
                       cudaMemcpyHostToDevice, stream_),
@@ -190,6 +197,9 @@ absl::Status CudaSession::LaunchScoring(int64_t n, bool need_attention,
   for (size_t i = 0; i < decoded_.queries.size(); ++i) {
     hq[i] = decoded_.queries[i] * scale;
   }
+  // Scaled into pinned memory, then to the device.
+  counters_.bytes_copied +=
+      2 * static_cast<int64_t>(decoded_.queries.size() * sizeof(float));
   ENTROKV_CUDA_RETURN_IF_ERROR(
       cudaMemcpyAsync(d_queries_.as<float>(), hq,
                       decoded_.queries.size() * sizeof(float),
@@ -439,6 +449,7 @@ absl::Status CudaSession::LaunchCompaction() {
       cuda::LaunchMoves(d_moves_.as<int32_t>(), count, keys_.as<std::byte>(),
                         capacity_, planes_, row_bytes_, State(), stream_),
       "compacting");
+  counters_.bytes_copied += count * planes_ * row_bytes_;
   return absl::OkStatus();
 }
 
