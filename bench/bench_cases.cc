@@ -23,6 +23,24 @@
 namespace entrokv::bench {
 namespace {
 
+// SessionStats.bytes_copied per step over the timed periods: the key and
+// query bytes the steps wrote, in any form (issue #19 item 4).
+class CopiedBytes {
+ public:
+  explicit CopiedBytes(const SteadySession& session)
+      : session_(session), before_(session.Stats().bytes_copied) {}
+  double PerStep(int64_t periods) const {
+    const int64_t steps = periods * session_.period();
+    return steps > 0 ? double(session_.Stats().bytes_copied - before_) /
+                           double(steps)
+                     : 0.0;
+  }
+
+ private:
+  const SteadySession& session_;
+  const int64_t before_;
+};
+
 void RunSteps(benchmark::State& state, const char* policy) {
   const int64_t live = state.range(0);
   SessionConfig config;
@@ -37,6 +55,7 @@ void RunSteps(benchmark::State& state, const char* policy) {
       double(live + 1) * kLayers * kKvHeads * kHeadDim * 2;
   // Warm-up, untimed: the caches settle.
   for (int i = 0; i < 3; ++i) session.RunPeriod();
+  const CopiedBytes copied(session);
   for (auto _ : state) {
     if (!session.RunPeriod()) {
       state.SkipWithError("live count drifted");
@@ -45,6 +64,7 @@ void RunSteps(benchmark::State& state, const char* policy) {
   }
   state.SetBytesProcessed(int64_t(key_bytes_per_step) * state.iterations());
   state.counters["key_bytes_per_step"] = key_bytes_per_step;
+  state.counters["copied_bytes_per_step"] = copied.PerStep(state.iterations());
 }
 
 void BM_EntropyStep(benchmark::State& state) { RunSteps(state, "entropy"); }
@@ -149,6 +169,7 @@ void RunModelSteps(benchmark::State& state, const ModelVariant& variant,
     state.SkipWithError("live count drifted");
     return;
   }
+  const CopiedBytes copied(session);
   for (auto _ : state) {
     if (!session.RunPeriod()) {
       state.SkipWithError("live count drifted");
@@ -175,6 +196,7 @@ void RunModelSteps(benchmark::State& state, const ModelVariant& variant,
                           state.iterations());
   state.counters["key_bytes_per_step"] = key_bytes_per_step;
   state.counters["steps_per_iter"] = session.period();
+  state.counters["copied_bytes_per_step"] = copied.PerStep(state.iterations());
   state.counters["wire_bytes_per_token"] = wire_bytes_per_token;
   state.counters["held_bytes_per_token"] =
       double(stats.bytes_held) / double(stats.live);

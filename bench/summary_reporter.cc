@@ -30,6 +30,7 @@ void SummaryReporter::ReportRuns(const std::vector<Run>& reports) {
     entry.steps_per_iter = Counter(run, "steps_per_iter", 1.0);
     entry.s_per_step = seconds_per_iter / entry.steps_per_iter;
     entry.cpu_s_per_step = cpu_seconds_per_iter / entry.steps_per_iter;
+    entry.copied_bytes_per_step = Counter(run, "copied_bytes_per_step", 0);
     if (Counter(run, "copy_bytes_per_iter", 0) > 0) {
       entry.kind = Kind::kCopy;
       entry.bytes_per_step = Counter(run, "copy_bytes_per_iter", 0);
@@ -76,18 +77,19 @@ void SummaryReporter::PrintSummary() const {
   // (the process's own time) show what contention hides.
   std::printf("STREAM copy bandwidth: %.2f GB/s (%.2f GB/s by CPU time)\n",
               copy / 1e9, copy_cpu / 1e9);
-  std::printf("%-34s %10s %14s %12s %14s\n", "benchmark", "ms/step", "key GB/s",
-              "of copy bw", "(by CPU time)");
+  std::printf("%-34s %10s %14s %12s %14s %14s\n", "benchmark", "ms/step",
+              "key GB/s", "of copy bw", "(by CPU time)", "copied B/step");
   for (const Entry& entry : entries_) {
     if (entry.kind != Kind::kStep) continue;
     if (entry.name.find("Window") != std::string::npos) {
-      std::printf("%-34s %10.3f %14s %16s\n", entry.name.c_str(),
-                  entry.s_per_step * 1e3, "no scoring", "-");
+      std::printf("%-34s %10.3f %14s %12s %14s %14.0f\n", entry.name.c_str(),
+                  entry.s_per_step * 1e3, "no scoring", "-", "-",
+                  entry.copied_bytes_per_step);
       continue;
     }
     std::printf("%-34s %10.3f", entry.name.c_str(), entry.s_per_step * 1e3);
     PrintBandwidth(entry, copy, copy_cpu);
-    std::printf("\n");
+    std::printf(" %14.0f\n", entry.copied_bytes_per_step);
   }
   PrintModelTable(copy, copy_cpu);
 }
@@ -120,16 +122,18 @@ void SummaryReporter::PrintModelTable(double copy, double copy_cpu) const {
       "brackets). key B/step: keys a decision reads / K.\n"
       "wire B/token: key bytes + (query bytes + 8 B entropy) / K, payload "
       "only (no protobuf framing). held B/token: Stats().bytes_held / "
-      "live.\n"
+      "live. copied B/step: key and query bytes a step writes "
+      "(Stats().bytes_copied).\n"
       "engine key bytes per token (all %d layers, f16): %lld.\n",
       kModelLayers, kKvHeads, kHeadDim, kQHeads, kSketchDim,
       static_cast<int>(DefaultScoredLayers(kModelLayers).size()), kBlockSize,
       kBlockSize, kModelLayers,
       static_cast<long long>(kEngineKeyBytesPerToken));
-  std::printf("%-24s %6s %3s %10s %10s %12s %9s %8s %8s %11s %11s %11s\n",
-              "variant", "live", "K", "ms/step", "(CPU)", "key B/step",
-              "key GB/s", "of copy", "(CPU)", "wire B/tok", "held B/tok",
-              "engine/held");
+  std::printf(
+      "%-24s %6s %3s %10s %10s %12s %9s %8s %8s %11s %11s %11s %13s\n",
+      "variant", "live", "K", "ms/step", "(CPU)", "key B/step", "key GB/s",
+      "of copy", "(CPU)", "wire B/tok", "held B/tok", "engine/held",
+      "copied B/step");
   for (const Entry& entry : entries_) {
     if (entry.kind != Kind::kModel) continue;
     const ModelRow* row = FindRow(entry.function);
@@ -138,13 +142,14 @@ void SummaryReporter::PrintModelTable(double copy, double copy_cpu) const {
     const double cpu_rate = entry.bytes_per_step / entry.cpu_s_per_step;
     std::printf(
         "%-24s %6s %3d %10.3f %10.3f %12.0f %9.2f %7.1f%% %7.1f%% %11.1f "
-        "%11.1f %10.1fx\n",
+        "%11.1f %10.1fx %13.0f\n",
         row->variant.c_str(), entry.args.c_str(), row->decide_every,
         entry.s_per_step * 1e3, entry.cpu_s_per_step * 1e3,
         entry.bytes_per_step, rate / 1e9, copy > 0 ? 100 * rate / copy : 0.0,
         copy_cpu > 0 ? 100 * cpu_rate / copy_cpu : 0.0,
         entry.wire_bytes_per_token, entry.held_bytes_per_token,
-        double(kEngineKeyBytesPerToken) / entry.held_bytes_per_token);
+        double(kEngineKeyBytesPerToken) / entry.held_bytes_per_token,
+        entry.copied_bytes_per_step);
   }
   for (const Entry& entry : entries_) {
     if (entry.kind == Kind::kSketchKeys) {

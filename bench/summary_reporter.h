@@ -36,6 +36,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     double bytes_per_step = 0;  // Keys read (copied, for kCopy).
     double wire_bytes_per_token = 0;
     double held_bytes_per_token = 0;
+    double copied_bytes_per_step = 0;  // SessionStats.bytes_copied.
   };
 
   static double Counter(const Run& run, const char* key, double otherwise);

@@ -302,7 +302,6 @@ class BlockSummaryLayer final : public SessionState {
   // Scratch.
   DecodedStep decoded_;
   int64_t bytes_copied_ = 0;  // SessionStats::bytes_copied, this layer's.
-  std::vector<float> tokens_;  // Partial + new tokens' keys, decoded.
   std::vector<uint64_t> token_ids_;
   std::vector<uint8_t> token_pinned_;
   std::vector<float> mean_;
@@ -320,7 +319,6 @@ absl::Status BlockSummaryLayer::Step(const StepInput& input, StepResult* result,
       input, &decoded_,
       {.consecutive = BackendStepRules(config_).consecutive,
        .decision = true,
-       .decode_keys = true,
        .decode_queries = false}));
   const int64_t n = decoded_.appended;
 
@@ -333,8 +331,13 @@ absl::Status BlockSummaryLayer::Step(const StepInput& input, StepResult* result,
     token_pinned_.push_back(
         !input.append.pinned.empty() && input.append.pinned[e] != 0 ? 1 : 0);
   }
-  tokens_.assign(partial_keys_.begin(), partial_keys_.end());
-  tokens_.insert(tokens_.end(), decoded_.keys.begin(), decoded_.keys.end());
+  // The new tokens' keys, decoded once, after the partial block's (taken
+  // back if the step fails).
+  const size_t partial_floats = partial_keys_.size();
+  partial_keys_.resize(partial_floats + static_cast<size_t>(n * key_elements_));
+  DecodeElements(config_.shape.element_type, input.append.keys.data(),
+                 static_cast<size_t>(n * key_elements_),
+                 partial_keys_.data() + partial_floats);
   const int64_t total = static_cast<int64_t>(token_ids_.size());
   const int64_t full = total / block_;
   const int64_t rest = total - full * block_;
@@ -352,7 +355,7 @@ absl::Status BlockSummaryLayer::Step(const StepInput& input, StepResult* result,
     for (int64_t j = 0; j < key_elements_; ++j) {
       double sum = 0.0;
       for (int64_t t = 0; t < block_; ++t) {
-        sum += tokens_[(b * block_ + t) * key_elements_ + j];
+        sum += partial_keys_[(b * block_ + t) * key_elements_ + j];
       }
       mean_[j] = static_cast<float>(sum / static_cast<double>(block_));
     }
@@ -370,6 +373,7 @@ absl::Status BlockSummaryLayer::Step(const StepInput& input, StepResult* result,
   // below reserves the new blocks itself.
   const int64_t delta = (rest - partial()) * bytes_per_entry_;
   if (delta > 0 && !account_->TryReserve(delta)) {
+    partial_keys_.resize(partial_floats);
     return ByteLimitError(n, delta, account_->limit());
   }
   StepInput below = input;
@@ -380,6 +384,7 @@ absl::Status BlockSummaryLayer::Step(const StepInput& input, StepResult* result,
   StepTrace* below_trace = trace != nullptr ? &inner_trace_ : nullptr;
   if (absl::Status st = inner_->Step(below, result, below_trace); !st.ok()) {
     if (delta > 0) account_->Release(delta);
+    partial_keys_.resize(partial_floats);
     return st;
   }
   if (delta < 0) account_->Release(-delta);
@@ -393,14 +398,14 @@ absl::Status BlockSummaryLayer::Step(const StepInput& input, StepResult* result,
   partial_ids_.assign(token_ids_.begin() + full * block_, token_ids_.end());
   partial_pinned_.assign(token_pinned_.begin() + full * block_,
                          token_pinned_.end());
-  partial_keys_.assign(tokens_.begin() + full * block_ * key_elements_,
-                       tokens_.end());
-  // Decoded tokens, the token copies, each block's mean in float and in the
-  // element type, and the new partial block.
+  partial_keys_.erase(partial_keys_.begin(),
+                      partial_keys_.begin() + full * block_ * key_elements_);
+  // The new tokens decoded; each full block's mean in float and in the
+  // element type; when blocks went below, the rest moved to the front.
   bytes_copied_ +=
-      decoded_.bytes_written +
-      static_cast<int64_t>((tokens_.size() + partial_keys_.size()) *
-                           sizeof(float)) +
+      (n * key_elements_ +
+       (full > 0 ? static_cast<int64_t>(partial_keys_.size()) : 0)) *
+          static_cast<int64_t>(sizeof(float)) +
       full * key_elements_ * (static_cast<int64_t>(sizeof(float)) + esize);
   for (uint64_t id : input.append.slot_ids) live_slots_.insert(id);
   appended_ += n;

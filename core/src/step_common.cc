@@ -212,15 +212,12 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
         "queries: ", DescribeBad(ElementAt(type, input.queries.data(), bad)),
         " at element ", bad));
   }
-  out->keys.resize(rules.decode_keys ? static_cast<size_t>(key_elements) : 0);
-  DecodeElements(type, input.append.keys.data(), out->keys.size(),
-                 out->keys.data());
   out->queries.resize(
       rules.decode_queries ? static_cast<size_t>(query_elements) : 0);
   DecodeElements(type, input.queries.data(), out->queries.size(),
                  out->queries.data());
-  out->bytes_written = static_cast<int64_t>(
-      (out->keys.size() + out->queries.size()) * sizeof(float));
+  out->bytes_written =
+      static_cast<int64_t>(out->queries.size() * sizeof(float));
   out->appended = n;
   out->entropy = entropy;
   out->has_entropy = has_entropy;

@@ -81,12 +81,10 @@ struct StepCounters {
 // A validated step, decoded to floats.
 struct DecodedStep {
   int64_t appended = 0;  // New entries.
-  // appended × key_elements, decoded when StepRules::decode_keys; else empty.
-  std::vector<float> keys;
   // query_elements, decoded when StepRules::decode_queries and the step has
   // queries; else empty.
   std::vector<float> queries;
-  int64_t bytes_written = 0;  // Bytes decoded into keys and queries.
+  int64_t bytes_written = 0;  // Bytes decoded into queries.
   double entropy = 0.0;        // H used (0 when none was given).
   bool has_entropy = false;
   bool has_queries = false;  // False only on a step without a decision.
@@ -102,9 +100,6 @@ struct StepRules {
   // they may be absent (a step that makes no decision), and are checked and
   // decoded only when present.
   bool decision = true;
-  // Decode the keys into DecodedStep::keys (the block layer averages them);
-  // else they are only checked, in place.
-  bool decode_keys = false;
   // Decode the queries into DecodedStep::queries (a backend scores with
   // them); else they are only checked, in place.
   bool decode_queries = true;

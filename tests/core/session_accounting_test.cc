@@ -174,7 +174,8 @@ class BytesCopiedTest : public ::testing::Test {
   static constexpr int64_t kSummedQueryBytes = 2 * 2 * 8 * 4;
 
   std::unique_ptr<SessionState> Create(Ranking ranking, int64_t budget,
-                                       int32_t decide_every = 1) {
+                                       int32_t decide_every = 1,
+                                       int32_t block_size = 1) {
     SessionConfig config;
     config.shape = {.layers = 2,
                     .kv_heads = 2,
@@ -184,6 +185,8 @@ class BytesCopiedTest : public ::testing::Test {
     config.ranking = ranking;
     config.budget = budget;
     config.decide_every = decide_every;
+    config.block_size = block_size;
+    config.block_summary = block_size > 1;
     backend_ = CreateBackend(BackendKind::kCpu).value();
     return backend_->CreateSession(config, {}).value();
   }
@@ -237,6 +240,18 @@ TEST_F(BytesCopiedTest, ACadenceHoldsPendingKeysOnceThenStoresThem) {
   ASSERT_OK(Step(session.get(), 1));
   // The decision step's key joins the pending one, and both are stored.
   EXPECT_EQ(session->Stats().bytes_copied, 2 * kKeyBytes + 2 * kKeyBytes);
+}
+
+TEST_F(BytesCopiedTest, BlockSummariesDecodeEachTokenOnceAndStoreTheMean) {
+  constexpr int64_t kDecodedKeyBytes = 2 * 2 * 8 * 4;
+  auto session = Create(Ranking::kWindow, 100, 1, /*block_size=*/2);
+  ASSERT_OK(Step(session.get(), 0));
+  EXPECT_EQ(session->Stats().bytes_copied, kDecodedKeyBytes);  // Partial.
+  ASSERT_OK(Step(session.get(), 1));
+  // The second token decoded; the block's mean as floats and as f16; the
+  // mean stored below. Nothing is left to move to the front.
+  EXPECT_EQ(session->Stats().bytes_copied,
+            2 * kDecodedKeyBytes + kDecodedKeyBytes + kKeyBytes + kKeyBytes);
 }
 
 TEST_F(BytesCopiedTest, ARejectedStepCopiesNothing) {
