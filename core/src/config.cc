@@ -40,9 +40,8 @@ absl::Status Bad(std::string_view field, std::string_view why) {
 constexpr int32_t kMaxDimension = 1 << 16;
 constexpr int64_t kMaxBudget = int64_t{1} << 40;
 
-}  // namespace
-
-absl::Status ValidateSessionConfig(const SessionConfig& c) {
+// The shape: dimensions, sketch, query form and element type.
+absl::Status ValidateShape(const SessionConfig& c) {
   const Shape& s = c.shape;
   auto dim = [](std::string_view field, int32_t v) -> absl::Status {
     if (v < 1 || v > kMaxDimension) {
@@ -79,6 +78,11 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
       s.element_type != ElementType::kBf16) {
     return Bad("shape.element_type", "unknown element type");
   }
+  return absl::OkStatus();
+}
+
+// The policy: budget, ranking, controller and their parameters.
+absl::Status ValidatePolicyParams(const SessionConfig& c) {
   if (c.budget < 1 || c.budget > kMaxBudget) {
     return Bad("budget", absl::StrCat(c.budget, " is outside [1, 2^40]"));
   }
@@ -128,6 +132,12 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
     return Bad("h2o.recent_fraction",
                absl::StrCat(c.h2o.recent_fraction, " is outside [0, 1]"));
   }
+  return absl::OkStatus();
+}
+
+// Protection counts, granularity, cadence, scored layers and placement.
+absl::Status ValidateGranularity(const SessionConfig& c) {
+  const Shape& s = c.shape;
   // Counts of entries: at most the largest budget, so that rounding them up
   // to whole blocks cannot overflow.
   for (const auto& [field, v] :
@@ -195,6 +205,14 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
     return Bad("placement", "unknown placement");
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status ValidateSessionConfig(const SessionConfig& c) {
+  if (absl::Status st = ValidateShape(c); !st.ok()) return st;
+  if (absl::Status st = ValidatePolicyParams(c); !st.ok()) return st;
+  return ValidateGranularity(c);
 }
 
 bool PolicyNeedsEntropy(const SessionConfig& config) {
