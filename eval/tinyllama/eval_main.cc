@@ -62,6 +62,9 @@
 #include "common/logging.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/status_macros.h"
+#include "eval/lib/budget_search.h"
+#include "eval/lib/interpolate.h"
+#include "eval/lib/overlap.h"
 #include "tinyllama/calibrate.h"
 #include "tinyllama/decider.h"
 #include "tinyllama/evaluator.h"
@@ -370,10 +373,9 @@ double PplAtMeanLive(std::vector<const Run*> points, double target) {
   for (size_t i = 0; i + 1 < points.size(); ++i) {
     const double x0 = points[i]->mean_live(), x1 = points[i + 1]->mean_live();
     if (target >= x0 && target <= x1) {
-      const double y0 = std::log(points[i]->ppl());
-      const double y1 = std::log(points[i + 1]->ppl());
-      const double w = x1 > x0 ? (target - x0) / (x1 - x0) : 0.0;
-      return std::exp(y0 + w * (y1 - y0));
+      return std::exp(eval::Lerp(std::log(points[i]->ppl()),
+                                 std::log(points[i + 1]->ppl()),
+                                 eval::InterpolationWeight(x0, x1, target)));
     }
   }
   if (points.size() == 1 && points[0]->mean_live() == target) {
@@ -468,18 +470,23 @@ class FidelitySweep {
     return &curve->runs.emplace(budget, std::move(run)).first->second;
   }
 
-  // Searches the nominal budget (SearchBudget) from the runs the curve has.
-  // `tolerance` in entries (0: until two adjacent budgets bracket `target`).
-  absl::StatusOr<BudgetSearchResult> Search(Curve* curve, double target,
-                                            double tolerance,
-                                            int64_t first_guess) {
-    const int64_t min_budget =
+  // Searches the nominal budget (eval::SearchBudget) from the runs the curve
+  // has. `tolerance` in entries (0: until two adjacent budgets bracket
+  // `target`).
+  absl::StatusOr<eval::BudgetSearchResult> Search(Curve* curve, double target,
+                                                  double tolerance,
+                                                  int64_t first_guess) {
+    eval::BudgetSearchOptions options;
+    options.target = target;
+    options.tolerance = tolerance;
+    options.min_budget =
         curve->config.block_summary ? curve->config.block_size : 1;
-    const int64_t max_budget = model_.config().seq_len;  // Evicts nothing.
+    options.max_budget = model_.config().seq_len;  // Evicts nothing.
+    options.first_guess = first_guess;
     std::map<int64_t, double> known;
     for (const auto& [b, r] : curve->runs) known[b] = r.mean_live();
-    return SearchBudget(
-        target, tolerance, min_budget, max_budget, first_guess,
+    return eval::SearchBudget(
+        options,
         [&](int64_t b) -> absl::StatusOr<double> {
           ENTROKV_ASSIGN_OR_RETURN(const Run* r, At(curve, b));
           return r->mean_live();
@@ -490,7 +497,7 @@ class FidelitySweep {
   // Two adjacent budgets that bracket `target` (mean live grows with the
   // budget), and log-perplexity interpolated between them.
   absl::StatusOr<Bracket> Find(Curve* curve, double target) {
-    ENTROKV_ASSIGN_OR_RETURN(BudgetSearchResult found,
+    ENTROKV_ASSIGN_OR_RETURN(eval::BudgetSearchResult found,
                              Search(curve, target, 0.0, 0));
     if (!found.found()) return Bracket{};
     Bracket bracket;
@@ -504,7 +511,7 @@ class FidelitySweep {
   // interpolated between adjacent budgets.
   absl::StatusOr<Point> Calibrate(Curve* curve, double target, double tolerance,
                                   int64_t first_guess) {
-    ENTROKV_ASSIGN_OR_RETURN(BudgetSearchResult found,
+    ENTROKV_ASSIGN_OR_RETURN(eval::BudgetSearchResult found,
                              Search(curve, target, tolerance, first_guess));
     Point p;
     p.probes = found.probes;
@@ -519,13 +526,9 @@ class FidelitySweep {
       const Run& hi = curve->runs.at(found.hi);
       p.runs = {&lo, &hi};
       const double x0 = lo.mean_live(), x1 = hi.mean_live();
-      const double w = x1 > x0 ? (target - x0) / (x1 - x0) : 0.0;
-      p.mean_live = x0 + w * (x1 - x0);
-      p.story_nll.resize(lo.story_nll.size());
-      for (size_t s = 0; s < p.story_nll.size(); ++s) {
-        p.story_nll[s] =
-            lo.story_nll[s] + w * (hi.story_nll[s] - lo.story_nll[s]);
-      }
+      const double w = eval::InterpolationWeight(x0, x1, target);
+      p.mean_live = eval::Lerp(x0, x1, w);
+      p.story_nll = eval::LerpEach(lo.story_nll, hi.story_nll, w);
     }
     p.story_tokens = p.runs[0]->story_tokens;
     double nll = 0.0;
@@ -566,26 +569,8 @@ Overlap CompareEvictions(const Run& a, const Run& b) {
   for (size_t s = 0; s < stories; ++s) {
     const std::vector<int32_t>& x = a.evicted_at[s];
     const std::vector<int32_t>& y = b.evicted_at[s];
-    const size_t n = std::min(x.size(), y.size());
-    int64_t both = 0, either = 0;
-    for (size_t p = 0; p < n; ++p) {
-      const bool ex = x[p] != kNeverEvicted, ey = y[p] != kNeverEvicted;
-      both += ex && ey;
-      either += ex || ey;
-    }
-    o.evicted += either == 0 ? 1.0 : static_cast<double>(both) / either;
-    for (size_t t = 0; t < n; ++t) {
-      int64_t in_both = 0, in_either = 0;
-      for (size_t p = 0; p <= t; ++p) {
-        const bool lx = x[p] > static_cast<int32_t>(t);
-        const bool ly = y[p] > static_cast<int32_t>(t);
-        in_both += lx && ly;
-        in_either += lx || ly;
-      }
-      live_sum +=
-          in_either == 0 ? 1.0 : static_cast<double>(in_both) / in_either;
-      ++tokens;
-    }
+    o.evicted += eval::EvictedSetJaccard(x, y, kNeverEvicted);
+    tokens += eval::AddLiveSetJaccards(x, y, &live_sum);
   }
   o.evicted = stories > 0 ? o.evicted / static_cast<double>(stories) : 0.0;
   o.live = tokens > 0 ? live_sum / static_cast<double>(tokens) : 0.0;
@@ -603,13 +588,9 @@ struct PairedDiff {
 };
 
 std::vector<double> StoryNllAt(const Bracket& b, double target) {
-  const double x0 = b.lo->mean_live(), x1 = b.hi->mean_live();
-  const double w = x1 > x0 ? (target - x0) / (x1 - x0) : 0.0;
-  std::vector<double> nll(b.lo->story_nll.size());
-  for (size_t s = 0; s < nll.size(); ++s) {
-    nll[s] = b.lo->story_nll[s] + w * (b.hi->story_nll[s] - b.lo->story_nll[s]);
-  }
-  return nll;
+  return eval::LerpEach(
+      b.lo->story_nll, b.hi->story_nll,
+      eval::InterpolationWeight(b.lo->mean_live(), b.hi->mean_live(), target));
 }
 
 PairedDiff Difference(const Bracket& exact, const Bracket& variant,
@@ -715,9 +696,10 @@ absl::Status Fidelity(const Model& model,
       const Bracket& b = brackets[2 * i][t];
       if (b.lo == nullptr) continue;
       const double target = static_cast<double>(targets[t]);
-      nominal[i][t] = target - b.lo->mean_live() <= b.hi->mean_live() - target
-                          ? b.lo->config.budget
-                          : b.hi->config.budget;
+      nominal[i][t] =
+          eval::LowerIsNearer(b.lo->mean_live(), b.hi->mean_live(), target)
+              ? b.lo->config.budget
+              : b.hi->config.budget;
     }
     tasks.push_back([&, i]() -> absl::Status {
       for (size_t t = 0; t < targets.size(); ++t) {
