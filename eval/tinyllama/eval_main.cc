@@ -67,6 +67,11 @@
 #include "eval/lib/overlap.h"
 #include "tinyllama/calibrate.h"
 #include "tinyllama/decider.h"
+#include "tinyllama/eval_curve.h"
+#include "tinyllama/eval_flags.h"
+#include "tinyllama/eval_output.h"
+#include "tinyllama/eval_policies.h"
+#include "tinyllama/eval_run.h"
 #include "tinyllama/evaluator.h"
 #include "tinyllama/progress.h"
 #include "tinyllama/model.h"
@@ -75,480 +80,8 @@
 #include "tinyllama/grpc_decider.h"
 #endif
 
-ABSL_FLAG(std::string, data, "",
-          "Folder with stories260K.bin, tok512.bin and "
-          "tinystories_valid_head.txt (default: $ENTROKV_DATA, else "
-          "<repo>/../shared/data/tinystories).");
-ABSL_FLAG(int, stories, 0,
-          "Stories to read, from the first (0: all 227 for the protocol, 20 "
-          "for --sweep and --fidelity).");
-ABSL_FLAG(int, tune, 100,
-          "Protocol: the first N stories are the tuning split; the parameter "
-          "search sees only them.");
-ABSL_FLAG(int, test, 0,
-          "Protocol: test stories, taken after the tuning split (0: all that "
-          "are left). Every reported comparison is on them.");
-ABSL_FLAG(bool, tuning, true,
-          "Protocol: search the policy parameters on the tuning split; false: "
-          "core's defaults.");
-ABSL_FLAG(int, tune_target, 48,
-          "Protocol: the mean live entries at which parameters are tuned.");
-ABSL_FLAG(double, tolerance, 0.01,
-          "Protocol: a run whose mean live is within this fraction of the "
-          "target is taken as is; otherwise the adjacent budgets B, B+1 that "
-          "bracket the target are interpolated.");
-ABSL_FLAG(int, bootstrap, 2000,
-          "Protocol: paired bootstrap resamples of the test stories.");
-ABSL_FLAG(int, seed, 1, "Protocol: seed of the bootstrap.");
-ABSL_FLAG(bool, quick, false,
-          "Protocol in brief (for tests): 8 tuning and 8 test stories, "
-          "targets 32 and 64, two candidates per tuned parameter, 200 "
-          "resamples.");
-ABSL_FLAG(bool, sweep, false,
-          "Instead of the protocol, run every policy at the nominal --budgets "
-          "(curves; log-perplexity interpolated between them at --targets) "
-          "and one step late at --pipelined_budgets, on --stories.");
-ABSL_FLAG(std::string, budgets, "16,32,64,128,192,256",
-          "--sweep: nominal budgets B (live entries).");
-ABSL_FLAG(std::string, targets, "24,32,48,64,96",
-          "Mean live entries at which policies are compared (protocol, "
-          "--sweep and --fidelity).");
-ABSL_FLAG(std::string, policies, "all",
-          "Comma-separated policy names (RANKING+CONTROL), or 'all'.");
-ABSL_FLAG(std::string, pipelined_budgets, "64",
-          "--sweep: budgets at which every policy is also run one step "
-          "late.");
-ABSL_FLAG(bool, inprocess, false,
-          "Decide in this process with entrokv core instead of over gRPC.");
-ABSL_FLAG(std::string, server, "unix:/run/entrokv/entrokv.sock",
-          "entrokv server target for the gRPC decider (the server's default "
-          "listen address by default).");
-ABSL_FLAG(std::string, out, "eval-out", "Output folder.");
-ABSL_FLAG(int, threads, 1, "Runs evaluated in parallel.");
-ABSL_FLAG(bool, plot, true, "Draw the PNG with gnuplot.");
-ABSL_FLAG(bool, progress, true,
-          "Progress on stderr: runs and stories done, elapsed, ETA of the "
-          "runs under way (redrawn on a terminal, a line every 10 s "
-          "elsewhere).");
-ABSL_FLAG(std::string, sketch, "exact",
-          "Variant: keys and queries of every policy as sent: exact, or "
-          "project:R (R columns of a seeded orthonormal projection, R <= "
-          "head_dim 8).");
-ABSL_FLAG(std::string, query_form, "per_head",
-          "Variant: per_head, or group_sum (one summed query per kv head). "
-          "Policies whose ranking needs each q head's attention (tova, h2o) "
-          "are skipped with a note under group_sum.");
-ABSL_FLAG(
-    std::string, scored_layers, "all",
-    "Variant: the model layers sent to entrokv: 'all', 'default' "
-    "(DefaultScoredLayers: layers 0,1,3,4 of stories260K's 5), or a comma list "
-    "such as 0,2,4.");
-ABSL_FLAG(int, decide_every, 1,
-          "Variant: decide on every K-th step only; the steps between send "
-          "keys only, and live grows up to B+K-1 between decisions.");
-ABSL_FLAG(int, block_size, 1,
-          "Variant: evict whole blocks of N tokens (1: token granularity).");
-ABSL_FLAG(bool, block_summary, false,
-          "Variant: with --block_size N >= 2, one state per full block, "
-          "scored from its mean key.");
-ABSL_FLAG(bool, cadence_scaled_rates, false,
-          "Variant: with --decide_every K > 1, scale the per-decision rates so "
-          "that the state spans as many tokens as when deciding every step: "
-          "affinity lambda -> lambda^K, entropy-budget EMA rate r -> "
-          "1 - (1 - r)^K.");
-ABSL_FLAG(bool, fidelity, false,
-          "Measure the variant against the same policies scored exactly "
-          "(same block size, no sketch, per-head queries, all layers, every "
-          "step) at equal mean live entries --targets, by budget search; "
-          "--budgets and --pipelined_budgets are not used.");
-
 namespace entrokv::tinyllama {
 namespace {
-
-// The progress of this process's runs; null with --progress=false.
-EvalProgress* progress = nullptr;
-
-// Marks `status` as bad input (a flag, or the data files they name): main()
-// exits 2 on it, 1 on any other failure.
-constexpr absl::string_view kBadInputPayload = "entrokv.eval/bad-input";
-
-absl::Status BadInput(absl::Status status) {
-  if (!status.ok()) status.SetPayload(kBadInputPayload, absl::Cord("1"));
-  return status;
-}
-
-bool IsBadInput(const absl::Status& status) {
-  return status.GetPayload(kBadInputPayload).has_value();
-}
-
-struct Run {
-  SessionConfig config;  // Budget, policy and variant.
-  std::string policy;
-  std::string variant;  // VariantLabel(config).
-  int lag = 0;
-  bool record_evictions = false;
-  // Results.
-  double nll_sum = 0.0;
-  int64_t predicted = 0;
-  int64_t live_sum = 0;
-  int64_t peak_live = 0;
-  int64_t evicted = 0;
-  int64_t deferred = 0;
-  std::vector<double> story_nll;      // Per story: Σ −log p.
-  std::vector<int64_t> story_tokens;  // Per story: tokens scored.
-  // Per story, SequenceResult::evicted_at (record_evictions only).
-  std::vector<std::vector<int32_t>> evicted_at;
-  double seconds = 0.0;
-  double ppl() const { return std::exp(nll_sum / predicted); }
-  double mean_live() const { return static_cast<double>(live_sum) / predicted; }
-};
-
-absl::StatusOr<std::vector<int64_t>> ParseList(const std::string& text,
-                                               const char* flag) {
-  std::vector<int64_t> values;
-  for (absl::string_view part : absl::StrSplit(text, ',', absl::SkipEmpty())) {
-    int64_t v = 0;
-    if (!absl::SimpleAtoi(part, &v) || v <= 0) {
-      return BadInput(absl::InvalidArgumentError(absl::StrCat(
-          "--", flag, ": '", part, "' is not a positive integer")));
-    }
-    values.push_back(v);
-  }
-  std::sort(values.begin(), values.end());
-  return values;
-}
-
-// The variant flags, applied to `config`.
-absl::Status ApplyVariant(const ModelConfig& model, SessionConfig* config) {
-  ENTROKV_RETURN_IF_ERROR(
-      ApplySketchName(absl::GetFlag(FLAGS_sketch), &config->shape));
-  if (!ParseQueryForm(absl::GetFlag(FLAGS_query_form),
-                      &config->shape.query_form)) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("--query_form: '", absl::GetFlag(FLAGS_query_form),
-                     "'; want per_head or group_sum"));
-  }
-  const std::string layers = absl::GetFlag(FLAGS_scored_layers);
-  if (layers == "default") {
-    config->scored_layers = DefaultScoredLayers(model.layers);
-  } else {
-    ENTROKV_ASSIGN_OR_RETURN(config->scored_layers,
-                             ParseScoredLayers(layers, model.layers));
-  }
-  if (static_cast<int32_t>(config->scored_layers.size()) == model.layers) {
-    config->scored_layers.clear();  // All of them: the plain shape.
-  }
-  config->shape.layers =
-      config->scored_layers.empty()
-          ? model.layers
-          : static_cast<int32_t>(config->scored_layers.size());
-  config->decide_every = absl::GetFlag(FLAGS_decide_every);
-  config->block_size = absl::GetFlag(FLAGS_block_size);
-  config->block_summary = absl::GetFlag(FLAGS_block_summary);
-  return absl::OkStatus();
-}
-
-// The same policy scored exactly (entrokv::ExactScoring) with every model
-// layer in its shape.
-SessionConfig ExactScoring(const ModelConfig& model, SessionConfig config) {
-  config = entrokv::ExactScoring(std::move(config));
-  config.shape.layers = model.layers;
-  return config;
-}
-
-// VariantName, with " scaled-rates" when --cadence_scaled_rates applies.
-std::string VariantLabel(const SessionConfig& config) {
-  std::string name = VariantName(config);
-  if (config.decide_every > 1 && absl::GetFlag(FLAGS_cadence_scaled_rates)) {
-    absl::StrAppend(&name, " scaled-rates");
-  }
-  return name;
-}
-
-// A policy with the variant flags applied, and the same policy scored
-// exactly (ExactScoring, with the policy's own rates).
-struct PolicyPair {
-  SessionConfig exact;
-  SessionConfig variant;
-};
-
-absl::StatusOr<std::vector<PolicyPair>> Policies(const ModelConfig& model,
-                                                 const std::string& flag) {
-  std::vector<SessionConfig> named;
-  if (flag == "all") {
-    for (Ranking ranking : kAllRankings) {
-      for (BudgetControl control : kAllBudgetControls) {
-        SessionConfig config = EngineSessionConfig(model, 1);
-        config.ranking = ranking;
-        config.budget_control = control;
-        named.push_back(config);
-      }
-    }
-  } else {
-    for (absl::string_view name :
-         absl::StrSplit(flag, ',', absl::SkipEmpty())) {
-      SessionConfig config = EngineSessionConfig(model, 1);
-      const std::string n(name);
-      ENTROKV_RETURN_IF_ERROR(ApplyPolicyName(n, &config));
-      named.push_back(config);
-    }
-  }
-  std::vector<PolicyPair> policies;
-  for (SessionConfig config : named) {
-    ENTROKV_RETURN_IF_ERROR(ApplyVariant(model, &config));
-    if (config.shape.query_form == QueryForm::kGroupSum &&
-        RankingNeedsPerHeadQueries(config.ranking)) {
-      std::printf(
-          "note: skipping %s: ranking %s needs each q head's "
-          "attention, which group_sum queries do not give\n",
-          PolicyName(config).c_str(),
-          std::string(RankingName(config.ranking)).c_str());
-      continue;
-    }
-    // Checked at a budget every variant accepts; each run sets its own.
-    config.budget = 1 << 20;
-    if (absl::Status st = ValidateSessionConfig(config); !st.ok()) {
-      return absl::Status(
-          st.code(), absl::StrCat(PolicyName(config), " ", VariantLabel(config),
-                                  ": ", st.message()));
-    }
-    config.budget = 1;
-    PolicyPair pair{ExactScoring(model, config), config};
-    if (absl::GetFlag(FLAGS_cadence_scaled_rates)) {
-      ScaleRatesWithCadence(&pair.variant);
-    }
-    policies.push_back(pair);
-  }
-  if (policies.empty()) {
-    return absl::InvalidArgumentError("no policy left to evaluate");
-  }
-  return policies;
-}
-
-absl::Status Evaluate(const Model& model,
-                      const std::vector<std::vector<int>>& stories,
-                      Decider* decider, Run* run) {
-  const auto start = std::chrono::steady_clock::now();
-  EvaluateOptions options;
-  options.lag = run->lag;
-  options.record_evictions = run->record_evictions;
-  if (progress != nullptr) {
-    progress->RunStarted(static_cast<int64_t>(stories.size()));
-  }
-  for (const std::vector<int>& tokens : stories) {
-    std::unique_ptr<DeciderSession> session;
-    if (decider != nullptr) {
-      ENTROKV_ASSIGN_OR_RETURN(session, decider->Open(run->config));
-    }
-    ENTROKV_ASSIGN_OR_RETURN(
-        SequenceResult r,
-        EvaluateSequence(model, tokens, session.get(), options));
-    if (session != nullptr) ENTROKV_RETURN_IF_ERROR(session->Close());
-    run->nll_sum += r.nll_sum;
-    run->predicted += r.predicted;
-    run->live_sum += r.live_sum;
-    run->peak_live = std::max(run->peak_live, r.peak_live);
-    run->evicted += r.evicted;
-    run->deferred += r.deferred;
-    run->story_nll.push_back(r.nll_sum);
-    run->story_tokens.push_back(r.predicted);
-    if (run->record_evictions)
-      run->evicted_at.push_back(std::move(r.evicted_at));
-    if (progress != nullptr) progress->StoryDone();
-  }
-  if (progress != nullptr) progress->RunDone();
-  run->seconds =
-      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
-          .count();
-  return absl::OkStatus();
-}
-
-// Perplexity at `target` mean live entries: log-perplexity interpolated
-// linearly in mean live between the two measured points around it; NaN when
-// the target is outside the measured range.
-double PplAtMeanLive(std::vector<const Run*> points, double target) {
-  std::sort(points.begin(), points.end(), [](const Run* a, const Run* b) {
-    return a->mean_live() < b->mean_live();
-  });
-  for (size_t i = 0; i + 1 < points.size(); ++i) {
-    const double x0 = points[i]->mean_live(), x1 = points[i + 1]->mean_live();
-    if (target >= x0 && target <= x1) {
-      return std::exp(eval::Lerp(std::log(points[i]->ppl()),
-                                 std::log(points[i + 1]->ppl()),
-                                 eval::InterpolationWeight(x0, x1, target)));
-    }
-  }
-  if (points.size() == 1 && points[0]->mean_live() == target) {
-    return points[0]->ppl();
-  }
-  return std::numeric_limits<double>::quiet_NaN();
-}
-
-std::string Num(double v, int precision = 4) {
-  if (!std::isfinite(v)) return "null";
-  return absl::StrFormat("%.*f", precision, v);
-}
-
-absl::Status WriteFile(const std::filesystem::path& path,
-                       const std::string& text) {
-  std::ofstream out(path, std::ios::binary);
-  out << text;
-  out.close();
-  if (!out) {
-    return absl::UnavailableError(
-        absl::StrCat("cannot write '", path.string(), "'"));
-  }
-  return absl::OkStatus();
-}
-
-// One configuration (policy + variant) at many nominal budgets, immediate
-// mode, evictions recorded. Owned by one worker at a time.
-struct Curve {
-  SessionConfig config;
-  std::map<int64_t, Run> runs;  // By nominal budget.
-  std::string label;            // Printed instead of the variant when set.
-};
-
-// Two adjacent nominal budgets whose mean live entries bracket a target, and
-// the perplexity interpolated between them (null pointers and NaN when the
-// target is outside what the budgets reach).
-struct Bracket {
-  const Run* lo = nullptr;  // mean live <= target.
-  const Run* hi = nullptr;  // mean live > target, budget lo + 1.
-  double ppl = std::numeric_limits<double>::quiet_NaN();
-};
-
-// A policy at a target mean live on a set of stories: one run whose mean live
-// is within the tolerance of the target, or two runs at adjacent budgets that
-// bracket it, interpolated (the same weight on every story's NLL, which is
-// linear interpolation of log-perplexity).
-struct Point {
-  std::vector<const Run*> runs;  // 1 (hit) or 2 (lo, hi); empty: unreachable.
-  double ppl = std::numeric_limits<double>::quiet_NaN();
-  double mean_live = std::numeric_limits<double>::quiet_NaN();
-  int64_t peak_live = 0;
-  int probes = 0;  // Runs this search added.
-  std::vector<double> story_nll;
-  std::vector<int64_t> story_tokens;
-  bool ok() const { return !runs.empty(); }
-  std::string Budgets() const {
-    if (runs.empty()) return "—";
-    if (runs.size() == 1) return absl::StrCat(runs[0]->config.budget);
-    return absl::StrCat(runs[0]->config.budget, "–", runs[1]->config.budget);
-  }
-};
-
-class FidelitySweep {
- public:
-  FidelitySweep(const Model& model,
-                const std::vector<std::vector<int>>& stories, Decider* decider,
-                bool record_evictions = true)
-      : model_(model),
-        stories_(stories),
-        decider_(decider),
-        record_evictions_(record_evictions) {}
-
-  // The run of `curve` at `budget`, evaluated once.
-  absl::StatusOr<const Run*> At(Curve* curve, int64_t budget) {
-    auto it = curve->runs.find(budget);
-    if (it != curve->runs.end()) return &it->second;
-    Run run;
-    run.config = curve->config;
-    run.config.budget = budget;
-    run.policy = PolicyName(run.config);
-    run.variant = VariantLabel(run.config);
-    run.record_evictions = record_evictions_;
-    ENTROKV_RETURN_IF_ERROR(Evaluate(model_, stories_, decider_, &run));
-    std::printf(
-        "%-18s %-22s B=%-4lld ppl %8.4f  mean live %6.2f  peak %4lld"
-        "  (%.1fs)\n",
-        run.policy.c_str(),
-        (curve->label.empty() ? run.variant : curve->label).c_str(),
-        static_cast<long long>(budget), run.ppl(), run.mean_live(),
-        static_cast<long long>(run.peak_live), run.seconds);
-    std::fflush(stdout);
-    return &curve->runs.emplace(budget, std::move(run)).first->second;
-  }
-
-  // Searches the nominal budget (eval::SearchBudget) from the runs the curve
-  // has. `tolerance` in entries (0: until two adjacent budgets bracket
-  // `target`).
-  absl::StatusOr<eval::BudgetSearchResult> Search(Curve* curve, double target,
-                                                  double tolerance,
-                                                  int64_t first_guess) {
-    eval::BudgetSearchOptions options;
-    options.target = target;
-    options.tolerance = tolerance;
-    options.min_budget =
-        curve->config.block_summary ? curve->config.block_size : 1;
-    options.max_budget = model_.config().seq_len;  // Evicts nothing.
-    options.first_guess = first_guess;
-    std::map<int64_t, double> known;
-    for (const auto& [b, r] : curve->runs) known[b] = r.mean_live();
-    return eval::SearchBudget(
-        options,
-        [&](int64_t b) -> absl::StatusOr<double> {
-          ENTROKV_ASSIGN_OR_RETURN(const Run* r, At(curve, b));
-          return r->mean_live();
-        },
-        &known);
-  }
-
-  // Two adjacent budgets that bracket `target` (mean live grows with the
-  // budget), and log-perplexity interpolated between them.
-  absl::StatusOr<Bracket> Find(Curve* curve, double target) {
-    ENTROKV_ASSIGN_OR_RETURN(eval::BudgetSearchResult found,
-                             Search(curve, target, 0.0, 0));
-    if (!found.found()) return Bracket{};
-    Bracket bracket;
-    bracket.lo = &curve->runs.at(found.lo);
-    bracket.hi = &curve->runs.at(found.hi);
-    bracket.ppl = PplAtMeanLive({bracket.lo, bracket.hi}, target);
-    return bracket;
-  }
-
-  // The policy at `target` mean live, within `tolerance` entries or
-  // interpolated between adjacent budgets.
-  absl::StatusOr<Point> Calibrate(Curve* curve, double target, double tolerance,
-                                  int64_t first_guess) {
-    ENTROKV_ASSIGN_OR_RETURN(eval::BudgetSearchResult found,
-                             Search(curve, target, tolerance, first_guess));
-    Point p;
-    p.probes = found.probes;
-    if (!found.found()) return p;
-    if (found.hit >= 0) {
-      const Run& r = curve->runs.at(found.hit);
-      p.runs = {&r};
-      p.mean_live = r.mean_live();
-      p.story_nll = r.story_nll;
-    } else {
-      const Run& lo = curve->runs.at(found.lo);
-      const Run& hi = curve->runs.at(found.hi);
-      p.runs = {&lo, &hi};
-      const double x0 = lo.mean_live(), x1 = hi.mean_live();
-      const double w = eval::InterpolationWeight(x0, x1, target);
-      p.mean_live = eval::Lerp(x0, x1, w);
-      p.story_nll = eval::LerpEach(lo.story_nll, hi.story_nll, w);
-    }
-    p.story_tokens = p.runs[0]->story_tokens;
-    double nll = 0.0;
-    int64_t tokens = 0;
-    for (size_t s = 0; s < p.story_nll.size(); ++s) {
-      nll += p.story_nll[s];
-      tokens += p.story_tokens[s];
-    }
-    p.ppl = std::exp(nll / static_cast<double>(tokens));
-    for (const Run* r : p.runs)
-      p.peak_live = std::max(p.peak_live, r->peak_live);
-    return p;
-  }
-
- private:
-  const Model& model_;
-  const std::vector<std::vector<int>>& stories_;
-  Decider* decider_;
-  bool record_evictions_;
-};
 
 // Agreement of two runs' evictions, story by story (same stories, same
 // nominal budget).
@@ -619,29 +152,6 @@ PairedDiff Difference(const Bracket& exact, const Bracket& variant,
   return out;
 }
 
-// Runs `tasks` on `threads` workers; the first error stops the rest.
-absl::Status RunTasks(std::vector<std::function<absl::Status()>> tasks,
-                      int threads) {
-  std::atomic<size_t> next{0};
-  std::mutex mu;
-  absl::Status failure;
-  auto worker = [&]() {
-    for (size_t i = next++; i < tasks.size(); i = next++) {
-      absl::Status status = tasks[i]();
-      if (!status.ok()) {
-        std::lock_guard<std::mutex> lock(mu);
-        if (failure.ok()) failure = status;
-        next = tasks.size();
-        return;
-      }
-    }
-  };
-  std::vector<std::thread> pool;
-  for (int t = 0; t < std::max(1, threads); ++t) pool.emplace_back(worker);
-  for (std::thread& t : pool) t.join();
-  return failure;
-}
-
 std::string Budgets(const Bracket& b) {
   if (b.lo == nullptr) return "—";
   return absl::StrCat(b.lo->config.budget, "–", b.hi->config.budget, " (",
@@ -669,7 +179,7 @@ absl::Status Fidelity(const Model& model,
     curves.push_back({policy, {}, ""});
     policies.push_back(policy);
   }
-  FidelitySweep sweep(model, stories, decider);
+  CurveSearch sweep(model, stories, decider);
   std::vector<std::vector<Bracket>> brackets(
       curves.size(), std::vector<Bracket>(targets.size()));
   std::vector<std::function<absl::Status()>> tasks;
@@ -788,30 +298,6 @@ absl::Status Fidelity(const Model& model,
 // the target mean live by budget search, and compared with window+fixed by a
 // paired bootstrap over test stories.
 
-// The parameters a policy's ranking or controller uses, as text.
-std::string ParamsOf(const SessionConfig& c) {
-  std::vector<std::string> parts;
-  if (c.ranking == Ranking::kAffinity) {
-    parts.push_back(absl::StrCat(
-        "update=", std::string(AffinityUpdateName(c.affinity.update)),
-        " beta=", c.affinity.beta));
-    if (c.affinity.update == AffinityUpdate::kLogitEma) {
-      parts.push_back(absl::StrCat("lambda=", c.affinity.lambda));
-    }
-  }
-  if (c.ranking == Ranking::kH2o) {
-    parts.push_back(absl::StrCat("recent_fraction=", c.h2o.recent_fraction));
-  }
-  if (c.ranking == Ranking::kStreaming) {
-    parts.push_back(absl::StrCat("sinks=", c.streaming_sinks));
-  }
-  if (c.budget_control == BudgetControl::kEntropy) {
-    parts.push_back(absl::StrCat("gamma=", c.entropy_budget.gamma,
-                                 " ema_rate=", c.entropy_budget.ema_rate));
-  }
-  return absl::StrJoin(parts, " ");
-}
-
 // First guesses of the budget for a target, per budget controller: the ratio
 // budget / target of the last point calibrated with that controller.
 class BudgetHints {
@@ -844,15 +330,6 @@ struct Candidate {
   Curve curve;
   Point point;  // At the tuning target, on the tuning stories.
 };
-
-std::string JsonString(const std::string& s) {
-  std::string out = "\"";
-  for (char ch : s) {
-    if (ch == '"' || ch == '\\') out.push_back('\\');
-    out.push_back(ch);
-  }
-  return out + "\"";
-}
 
 std::string DiffCell(const PairedDifference& d) {
   return absl::StrFormat("%+.2f [%+.2f, %+.2f]%s", d.pct, d.lo_pct, d.hi_pct,
@@ -1090,7 +567,7 @@ absl::Status Protocol(const Model& model,
     return config;
   };
   BudgetHints hints;
-  auto calibrate = [&](FidelitySweep* sweep, Curve* curve,
+  auto calibrate = [&](CurveSearch* sweep, Curve* curve,
                        double target) -> absl::StatusOr<Point> {
     ENTROKV_ASSIGN_OR_RETURN(
         Point p, sweep->Calibrate(curve, target, tolerance * target,
@@ -1111,7 +588,7 @@ absl::Status Protocol(const Model& model,
   std::string grid_text;
   const bool tuning = absl::GetFlag(FLAGS_tuning) && !split.tune.empty();
   if (tuning) {
-    FidelitySweep tune_sweep(model, tune_stories, decider,
+    CurveSearch tune_sweep(model, tune_stories, decider,
                              /*record_evictions=*/false);
     auto add = [&](const std::string& group, const std::string& label,
                    SessionConfig config) {
@@ -1224,7 +701,7 @@ absl::Status Protocol(const Model& model,
   }
 
   // Test: every policy at every target.
-  FidelitySweep test_sweep(model, test_stories, decider,
+  CurveSearch test_sweep(model, test_stories, decider,
                            /*record_evictions=*/false);
   std::vector<std::unique_ptr<Curve>> curves;
   for (const SessionConfig& c : policies) {
@@ -1516,13 +993,14 @@ absl::Status Protocol(const Model& model,
 absl::Status Main() {
   std::unique_ptr<EvalProgress> shown;
   if (absl::GetFlag(FLAGS_progress)) shown = EvalProgress::OnStderr();
-  progress = shown.get();
+  SetEvalProgress(shown.get());
   struct EndLine {
+    EvalProgress* progress;
     ~EndLine() {
       if (progress != nullptr) progress->Finish();
-      progress = nullptr;
+      SetEvalProgress(nullptr);
     }
-  } end_line;
+  } end_line{shown.get()};
   const std::string data_dir = ResolveDataDir(absl::GetFlag(FLAGS_data));
   absl::StatusOr<Model> loaded = Model::Load(ModelPath(data_dir));
   if (!loaded.ok()) return BadInput(loaded.status());
@@ -1832,34 +1310,7 @@ absl::Status Main() {
 }  // namespace entrokv::tinyllama
 
 int main(int argc, char** argv) {
-  entrokv::ParseFlags(
-      argc, argv,
-      {.usage =
-           "Perplexity of stories260K against KV-cache memory for every "
-           "entrokv policy.\n"
-           "  entrokv-eval --inprocess [--threads 2] [--out DIR]   (the "
-           "protocol: tune on stories 1-100, test on 101-227)\n"
-           "  entrokv-eval --inprocess --quick\n"
-           "  entrokv-eval --inprocess --sweep [--stories 20] [--budgets ...]\n"
-           "  entrokv-eval --inprocess --fidelity --sketch project:4 "
-           "[--policies ...] [--targets 32,64]\n"
-           "Exit status: 0 on success, 2 on bad input (flags, or the data "
-           "files they name), 1 when a run fails.",
-       .source_dirs = {"eval/tinyllama/"},
-       .groups = {
-           {"Decider", {"inprocess", "server"}},
-           {"Data", {"data", "stories"}},
-           {"Protocol (the default run)",
-            {"tune", "test", "tuning", "tune_target", "targets", "tolerance",
-             "bootstrap", "seed", "quick"}},
-           {"Sweep and fidelity",
-            {"sweep", "budgets", "pipelined_budgets", "fidelity"}},
-           {"Policies and scoring variant",
-            {"policies", "sketch", "query_form", "scored_layers",
-             "decide_every", "block_size", "block_summary",
-             "cadence_scaled_rates"}},
-           {"Output", {"out", "plot", "threads", "progress", "log_level"}},
-       }});
+  entrokv::ParseFlags(argc, argv, entrokv::tinyllama::EvalProgramInfo());
   if (absl::Status status = entrokv::InitLogging(); !status.ok()) {
     std::fprintf(stderr, "entrokv-eval: %s\n",
                  std::string(status.message()).c_str());
