@@ -166,6 +166,15 @@ double ChiSquareCritical(int k) {
   return k * t * t * t;
 }
 
+// The mean live of `*o`'s run at a budget (which it sets in o->session).
+eval::MeanLiveAt MeanLiveOf(RunOptions* o) {
+  return [o](int64_t budget) -> absl::StatusOr<double> {
+    o->session.budget = budget;
+    ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(*o));
+    return r.mean_live;
+  };
+}
+
 // Standard error of the mean of `e` by batch means (√n batches of √n
 // steps): the per-step errors are autocorrelated over a topic's dwell time,
 // so consecutive steps are not independent.
@@ -253,17 +262,12 @@ absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
     o.session.affinity.update = v.update;
     o.quality = false;
     // Bisection on the nominal budget: mean live grows with it.
-    auto mean_live_at = [&](int64_t b) -> absl::StatusOr<double> {
-      o.session.budget = b;
-      ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(o));
-      return r.mean_live;
-    };
-    const int64_t lo = o.session.block_summary ? o.session.block_size : 1;
+    const int64_t lo = MinBudget(o.session);
     const int64_t hi =
         std::max<int64_t>(lo + 1, static_cast<int64_t>(4 * target));
     ENTROKV_ASSIGN_OR_RETURN(
         const int64_t best,
-        eval::BisectNearestBudget(target, lo, hi, mean_live_at));
+        eval::BisectNearestBudget(target, lo, hi, MeanLiveOf(&o)));
     o.session.budget = best;
     o.quality = true;
     ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(o));
@@ -290,13 +294,9 @@ absl::StatusOr<Calibration> Calibrate(const RunOptions& options,
                                       double target) {
   RunOptions o = options;
   o.quality = false;
-  auto mean_live_at = [&](int64_t b) -> absl::StatusOr<double> {
-    o.session.budget = b;
-    ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(o));
-    return r.mean_live;
-  };
+  const eval::MeanLiveAt mean_live_at = MeanLiveOf(&o);
   // Mean live grows with the budget; at `steps` nothing is ever evicted.
-  const int64_t min_budget = o.session.block_summary ? o.session.block_size : 1;
+  const int64_t min_budget = MinBudget(o.session);
   const int64_t max_budget = std::max(o.steps, min_budget + 1);
   Calibration c;
   // Both ends first; when they bracket the target, bisection between them

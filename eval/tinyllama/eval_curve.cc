@@ -7,6 +7,7 @@
 
 #include "entrokv/core/status_macros.h"
 #include "eval/lib/interpolate.h"
+#include "scoring_variant.h"
 #include "tinyllama/eval_policies.h"
 
 namespace entrokv::tinyllama {
@@ -37,8 +38,7 @@ absl::StatusOr<eval::BudgetSearchResult> CurveSearch::Search(
   eval::BudgetSearchOptions options;
   options.target = target;
   options.tolerance = tolerance;
-  options.min_budget =
-      curve->config.block_summary ? curve->config.block_size : 1;
+  options.min_budget = MinBudget(curve->config);
   options.max_budget = model_.config().seq_len;  // Evicts nothing.
   options.first_guess = first_guess;
   std::map<int64_t, double> known;
