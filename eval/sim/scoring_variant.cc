@@ -48,6 +48,10 @@ void ScaleRatesWithCadence(SessionConfig* config) {
       1.0 - std::pow(1.0 - config->entropy_budget.ema_rate, k);
 }
 
+int64_t MinBudget(const SessionConfig& config) {
+  return config.block_summary ? config.block_size : 1;
+}
+
 absl::StatusOr<std::vector<int32_t>> ParseScoredLayers(absl::string_view text,
                                                        int32_t model_layers) {
   std::vector<int32_t> layers;

@@ -33,6 +33,11 @@ std::string VariantName(const SessionConfig& config);
 // steps as λ and r do when every step decides.
 void ScaleRatesWithCadence(SessionConfig* config);
 
+// The smallest nominal budget ValidateSessionConfig accepts for `config`:
+// with block summaries (one state per block) a whole block, block_size;
+// else 1. Where a budget search starts.
+int64_t MinBudget(const SessionConfig& config);
+
 // A --scored_layers flag: "all" (empty), or a comma list of layers of
 // 0..model_layers-1, sorted; empty when it names every layer.
 absl::StatusOr<std::vector<int32_t>> ParseScoredLayers(absl::string_view text,

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <numeric>
 
 #include "absl/strings/str_cat.h"
@@ -10,6 +11,9 @@
 #include "entrokv/core/session.h"
 #include "entrokv/core/sketch.h"
 #include "entrokv/core/status_macros.h"
+#include "eval/lib/budget_search.h"
+#include "eval/lib/interpolate.h"
+#include "eval/lib/overlap.h"
 
 namespace entrokv::sim {
 
@@ -162,6 +166,15 @@ double ChiSquareCritical(int k) {
   return k * t * t * t;
 }
 
+// The mean live of `*o`'s run at a budget (which it sets in o->session).
+eval::MeanLiveAt MeanLiveOf(RunOptions* o) {
+  return [o](int64_t budget) -> absl::StatusOr<double> {
+    o->session.budget = budget;
+    ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(*o));
+    return r.mean_live;
+  };
+}
+
 // Standard error of the mean of `e` by batch means (√n batches of √n
 // steps): the per-step errors are autocorrelated over a topic's dwell time,
 // so consecutive steps are not independent.
@@ -249,28 +262,12 @@ absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
     o.session.affinity.update = v.update;
     o.quality = false;
     // Bisection on the nominal budget: mean live grows with it.
-    auto mean_live_at = [&](int64_t b) -> absl::StatusOr<double> {
-      o.session.budget = b;
-      ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(o));
-      return r.mean_live;
-    };
-    int64_t lo = o.session.block_summary ? o.session.block_size : 1;
-    int64_t hi = std::max<int64_t>(lo + 1, static_cast<int64_t>(4 * target));
-    int64_t best = lo;
-    double best_gap = INFINITY;
-    while (lo <= hi) {
-      const int64_t mid = lo + (hi - lo) / 2;
-      ENTROKV_ASSIGN_OR_RETURN(double m, mean_live_at(mid));
-      if (std::fabs(m - target) < best_gap) {
-        best_gap = std::fabs(m - target);
-        best = mid;
-      }
-      if (m < target) {
-        lo = mid + 1;
-      } else {
-        hi = mid - 1;
-      }
-    }
+    const int64_t lo = MinBudget(o.session);
+    const int64_t hi =
+        std::max<int64_t>(lo + 1, static_cast<int64_t>(4 * target));
+    ENTROKV_ASSIGN_OR_RETURN(
+        const int64_t best,
+        eval::BisectNearestBudget(target, lo, hi, MeanLiveOf(&o)));
     o.session.budget = best;
     o.quality = true;
     ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(o));
@@ -297,29 +294,28 @@ absl::StatusOr<Calibration> Calibrate(const RunOptions& options,
                                       double target) {
   RunOptions o = options;
   o.quality = false;
-  auto mean_live_at = [&](int64_t b) -> absl::StatusOr<double> {
-    o.session.budget = b;
-    ENTROKV_ASSIGN_OR_RETURN(RunResult r, Run(o));
-    return r.mean_live;
-  };
+  const eval::MeanLiveAt mean_live_at = MeanLiveOf(&o);
   // Mean live grows with the budget; at `steps` nothing is ever evicted.
-  const int64_t min_budget = o.session.block_summary ? o.session.block_size : 1;
+  const int64_t min_budget = MinBudget(o.session);
   const int64_t max_budget = std::max(o.steps, min_budget + 1);
   Calibration c;
+  // Both ends first; when they bracket the target, bisection between them
+  // (no secant step, no hit) to the adjacent pair with
+  // mean(lo) <= target < mean(hi).
   ENTROKV_ASSIGN_OR_RETURN(const double at_min, mean_live_at(min_budget));
   ENTROKV_ASSIGN_OR_RETURN(const double at_max, mean_live_at(max_budget));
   if (at_min > target || at_max <= target) return c;
-  // Invariant: mean(lo) <= target < mean(hi).
-  int64_t lo = min_budget, hi = max_budget;
-  while (hi - lo > 1) {
-    const int64_t mid = lo + (hi - lo) / 2;
-    ENTROKV_ASSIGN_OR_RETURN(const double m, mean_live_at(mid));
-    if (m <= target) {
-      lo = mid;
-    } else {
-      hi = mid;
-    }
-  }
+  std::map<int64_t, double> known = {{min_budget, at_min},
+                                     {max_budget, at_max}};
+  ENTROKV_ASSIGN_OR_RETURN(const eval::BudgetSearchResult found,
+                           eval::SearchBudget({.target = target,
+                                               .tolerance = -1.0,
+                                               .min_budget = min_budget,
+                                               .max_budget = max_budget,
+                                               .secant_iterations = 0},
+                                              mean_live_at, &known));
+  if (!found.found()) return c;
+  const int64_t lo = found.lo, hi = found.hi;
   o.quality = true;
   o.session.budget = lo;
   ENTROKV_ASSIGN_OR_RETURN(c.lo, Run(o));
@@ -328,16 +324,12 @@ absl::StatusOr<Calibration> Calibrate(const RunOptions& options,
   c.found = true;
   c.lo_budget = lo;
   c.hi_budget = hi;
-  const double x0 = c.lo.mean_live, x1 = c.hi.mean_live;
-  const double w = x1 > x0 ? (target - x0) / (x1 - x0) : 0.0;
-  c.memory_error.resize(c.lo.memory_error.size());
-  for (size_t t = 0; t < c.memory_error.size(); ++t) {
-    c.memory_error[t] = c.lo.memory_error[t] +
-                        w * (c.hi.memory_error[t] - c.lo.memory_error[t]);
-  }
+  const double w =
+      eval::InterpolationWeight(c.lo.mean_live, c.hi.mean_live, target);
+  c.memory_error = eval::LerpEach(c.lo.memory_error, c.hi.memory_error, w);
   c.mean_error = Summarize(c.memory_error).mean;
-  c.recall = Summarize(c.lo.recall).mean +
-             w * (Summarize(c.hi.recall).mean - Summarize(c.lo.recall).mean);
+  c.recall =
+      eval::Lerp(Summarize(c.lo.recall).mean, Summarize(c.hi.recall).mean, w);
   return c;
 }
 
@@ -366,8 +358,8 @@ absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& exact,
   row.diff_se_pct =
       100.0 * BatchMeansStandardError(diff) / row.exact.mean_error;
 
-  const bool lo_nearer =
-      target - row.exact.lo.mean_live <= row.exact.hi.mean_live - target;
+  const bool lo_nearer = eval::LowerIsNearer(row.exact.lo.mean_live,
+                                             row.exact.hi.mean_live, target);
   row.same_budget = lo_nearer ? row.exact.lo_budget : row.exact.hi_budget;
   const RunResult& a = lo_nearer ? row.exact.lo : row.exact.hi;
   RunOptions o = variant;
@@ -383,26 +375,9 @@ absl::StatusOr<FidelityRow> MeasureFidelity(const RunOptions& exact,
     return at;
   };
   const std::vector<int64_t> x = evicted_at(a), y = evicted_at(b);
-  int64_t both = 0, either = 0;
-  for (int64_t i = 0; i < o.steps; ++i) {
-    both += x[i] < o.steps && y[i] < o.steps;
-    either += x[i] < o.steps || y[i] < o.steps;
-  }
-  row.evicted_jaccard =
-      either == 0 ? 1.0
-                  : static_cast<double>(both) / static_cast<double>(either);
+  row.evicted_jaccard = eval::EvictedSetJaccard(x, y, o.steps);
   double sum = 0.0;
-  for (int64_t t = 0; t < o.steps; ++t) {
-    int64_t in_both = 0, in_either = 0;
-    for (int64_t i = 0; i <= t; ++i) {
-      const bool lx = x[i] > t, ly = y[i] > t;
-      in_both += lx && ly;
-      in_either += lx || ly;
-    }
-    sum += in_either == 0
-               ? 1.0
-               : static_cast<double>(in_both) / static_cast<double>(in_either);
-  }
+  eval::AddLiveSetJaccards(x, y, &sum);
   row.live_jaccard = o.steps > 0 ? sum / static_cast<double>(o.steps) : 0.0;
   return row;
 }

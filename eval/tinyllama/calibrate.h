@@ -1,54 +1,18 @@
 // The statistics of entrokv-eval, kept apart from the model so that they can be
-// tested on stubs: the search for the nominal budget at which a policy's run
-// holds a target mean number of live entries, the paired bootstrap of a
-// perplexity ratio over stories, and the split of the stories into a tuning
-// and a test set.
+// tested on stubs: the paired bootstrap of a perplexity ratio over stories,
+// and the split of the stories into a tuning and a test set. (The budget
+// search for a target mean live, which entrokv-sim uses too, is in
+// eval/lib/budget_search.h.)
 //
-// Thread-safety: the functions are reentrant; SearchBudget calls its callback
-// from the calling thread only.
+// Thread-safety: the functions are reentrant.
 
 #ifndef ENTROKV_CLIENT_EXAMPLES_TINYLLAMA_CALIBRATE_H_
 #define ENTROKV_CLIENT_EXAMPLES_TINYLLAMA_CALIBRATE_H_
 
 #include <cstdint>
-#include <functional>
-#include <map>
 #include <vector>
 
-#include "absl/status/statusor.h"
-
 namespace entrokv::tinyllama {
-
-// Where a budget search ended. Either a run landed within the tolerance of
-// the target (`hit`), or two adjacent budgets bracket it: mean_live(lo) <=
-// target < mean_live(hi), hi == lo + 1. All -1 when the target lies outside
-// what budgets in [min_budget, max_budget] reach.
-struct BudgetSearchResult {
-  int64_t hit = -1;
-  int64_t lo = -1;
-  int64_t hi = -1;
-  int probes = 0;  // Budgets evaluated by this search (not known before).
-  bool found() const { return hit >= 0 || (lo >= 0 && hi >= 0); }
-};
-
-// Searches the integer nominal budget whose run holds `target` mean live
-// entries, assuming mean live grows with the budget. `known` holds the mean
-// live of budgets already evaluated (it is updated with every probe), so that
-// searches for several targets on one curve share their runs. Stops as soon
-// as a known budget lies within `tolerance` (absolute, in entries; 0: only a
-// bracketing pair of adjacent budgets ends the search) of the target.
-// Probes: first `first_guess` (0: none) when it is not known yet and lies
-// strictly between the nearest known budgets on either side of the target
-// (or on the open side); then a secant step on (budget, mean live) between the
-// nearest budgets on either side, bisection after 8 steps; from one side
-// only, a step along the slope mean_live(b) / b; with nothing known, the
-// target rounded. Probes are clamped to [min_budget, max_budget].
-// REQUIRES: 1 <= min_budget <= max_budget.
-absl::StatusOr<BudgetSearchResult> SearchBudget(
-    double target, double tolerance, int64_t min_budget, int64_t max_budget,
-    int64_t first_guess,
-    const std::function<absl::StatusOr<double>(int64_t budget)>& mean_live_at,
-    std::map<int64_t, double>* known);
 
 // A perplexity ratio of two runs over the same stories, with a bootstrap
 // confidence interval. The ratio is exp(Σ_s (b_s − a_s) / Σ_s n_s), where a_s

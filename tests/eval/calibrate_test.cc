@@ -1,9 +1,7 @@
 #include "tinyllama/calibrate.h"
 
-#include <algorithm>
 #include <cmath>
 #include <cstdint>
-#include <map>
 #include <random>
 #include <set>
 #include <vector>
@@ -12,117 +10,6 @@
 
 namespace entrokv::tinyllama {
 namespace {
-
-// A toy decider whose mean live is a known function of the budget, counting
-// the budgets it was asked for.
-class ToyCurve {
- public:
-  explicit ToyCurve(std::function<double(int64_t)> f) : f_(std::move(f)) {}
-  absl::StatusOr<double> operator()(int64_t budget) {
-    ++calls_;
-    asked_.insert(budget);
-    return f_(budget);
-  }
-  int calls() const { return calls_; }
-  const std::set<int64_t>& asked() const { return asked_; }
-
- private:
-  std::function<double(int64_t)> f_;
-  int calls_ = 0;
-  std::set<int64_t> asked_;
-};
-
-absl::StatusOr<BudgetSearchResult> Search(ToyCurve* curve, double target,
-                                          double tolerance,
-                                          std::map<int64_t, double>* known,
-                                          int64_t first_guess = 0) {
-  return SearchBudget(
-      target, tolerance, 1, 512, first_guess,
-      [curve](int64_t b) { return (*curve)(b); }, known);
-}
-
-TEST(SearchBudgetTest, LandsWithinToleranceOnAFixedLikeCurve) {
-  // A fixed budget: live grows by one per token up to B + 1, so the mean over
-  // sequences of ~300 tokens is a little under B + 1.
-  auto f = [](int64_t b) { return 0.93 * static_cast<double>(b) - 1.7; };
-  for (double target : {24.0, 32.0, 48.0, 64.0, 96.0}) {
-    ToyCurve curve(f);
-    std::map<int64_t, double> known;
-    absl::StatusOr<BudgetSearchResult> r =
-        Search(&curve, target, 0.01 * target, &known);
-    ASSERT_TRUE(r.ok()) << r.status();
-    ASSERT_TRUE(r->found());
-    if (r->hit >= 0) {
-      EXPECT_LE(std::abs(f(r->hit) - target), 0.01 * target) << target;
-    } else {
-      EXPECT_EQ(r->hi, r->lo + 1);
-      EXPECT_LE(f(r->lo), target);
-      EXPECT_GT(f(r->hi), target);
-    }
-    EXPECT_LE(curve.calls(), 6) << target;
-    EXPECT_EQ(r->probes, curve.calls());
-  }
-}
-
-TEST(SearchBudgetTest, ZeroToleranceEndsOnTheAdjacentBracketingPair) {
-  // A staircase: mean live floor(B / 3). Target 10.5 lies between
-  // f(32) = 10 and f(33) = 11, the only adjacent pair around it.
-  ToyCurve curve([](int64_t b) { return static_cast<double>(b / 3); });
-  std::map<int64_t, double> known;
-  absl::StatusOr<BudgetSearchResult> r = Search(&curve, 10.5, 0.0, &known);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(r->hit, -1);
-  EXPECT_EQ(r->lo, 32);
-  EXPECT_EQ(r->hi, 33);
-}
-
-TEST(SearchBudgetTest, ConcaveCurveLikeTheEntropyController) {
-  // The entropy controller holds far fewer entries than its nominal budget,
-  // and less so as B grows.
-  auto f = [](int64_t b) {
-    return 60.0 * std::log1p(static_cast<double>(b) / 90.0);
-  };
-  ToyCurve curve(f);
-  std::map<int64_t, double> known;
-  absl::StatusOr<BudgetSearchResult> r = Search(&curve, 48.0, 0.48, &known);
-  ASSERT_TRUE(r.ok()) << r.status();
-  ASSERT_TRUE(r->found());
-  if (r->hit >= 0) {
-    EXPECT_LE(std::abs(f(r->hit) - 48.0), 0.48);
-  } else {
-    EXPECT_EQ(r->hi, r->lo + 1);
-    EXPECT_LE(f(r->lo), 48.0);
-    EXPECT_GT(f(r->hi), 48.0);
-  }
-  EXPECT_LE(curve.calls(), 10);
-}
-
-TEST(SearchBudgetTest, ReusesKnownRunsAndTakesTheFirstGuess) {
-  auto f = [](int64_t b) { return static_cast<double>(b) - 2.0; };
-  ToyCurve curve(f);
-  std::map<int64_t, double> known;
-  // A guess that lands exactly: one probe.
-  absl::StatusOr<BudgetSearchResult> r = Search(&curve, 40.0, 0.4, &known, 42);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->hit, 42);
-  EXPECT_EQ(curve.calls(), 1);
-  // The same target again: answered from what is known, no probe.
-  r = Search(&curve, 40.0, 0.4, &known, 7);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(r->hit, 42);
-  EXPECT_EQ(r->probes, 0);
-  EXPECT_EQ(curve.calls(), 1);
-}
-
-TEST(SearchBudgetTest, UnreachableTargetIsNotFound) {
-  // Nothing is evicted past 100: mean live never exceeds 100.
-  ToyCurve curve([](int64_t b) { return std::min<double>(b, 100.0); });
-  std::map<int64_t, double> known;
-  absl::StatusOr<BudgetSearchResult> r = Search(&curve, 150.0, 0.0, &known);
-  ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_FALSE(r->found());
-  EXPECT_TRUE(curve.asked().count(512));  // It tried the largest budget.
-}
 
 TEST(PairedBootstrapTest, TwoStoriesByHand) {
   // Story 1: 10 tokens, NLL 10 -> 11; story 2: 20 tokens, NLL 20 -> 18.

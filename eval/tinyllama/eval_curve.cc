@@ -1,0 +1,118 @@
+#include "tinyllama/eval_curve.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <utility>
+
+#include "entrokv/core/status_macros.h"
+#include "eval/lib/interpolate.h"
+#include "scoring_variant.h"
+#include "tinyllama/eval_policies.h"
+
+namespace entrokv::tinyllama {
+
+absl::StatusOr<const Run*> CurveSearch::At(Curve* curve, int64_t budget) {
+  auto it = curve->runs.find(budget);
+  if (it != curve->runs.end()) return &it->second;
+  Run run;
+  run.config = curve->config;
+  run.config.budget = budget;
+  run.policy = PolicyName(run.config);
+  run.variant = VariantLabel(run.config);
+  run.record_evictions = record_evictions_;
+  ENTROKV_RETURN_IF_ERROR(Evaluate(model_, stories_, decider_, &run));
+  std::printf(
+      "%-18s %-22s B=%-4lld ppl %8.4f  mean live %6.2f  peak %4lld"
+      "  (%.1fs)\n",
+      run.policy.c_str(),
+      (curve->label.empty() ? run.variant : curve->label).c_str(),
+      static_cast<long long>(budget), run.ppl(), run.mean_live(),
+      static_cast<long long>(run.peak_live), run.seconds);
+  std::fflush(stdout);
+  return &curve->runs.emplace(budget, std::move(run)).first->second;
+}
+
+absl::StatusOr<eval::BudgetSearchResult> CurveSearch::Search(
+    Curve* curve, double target, double tolerance, int64_t first_guess) {
+  eval::BudgetSearchOptions options;
+  options.target = target;
+  options.tolerance = tolerance;
+  options.min_budget = MinBudget(curve->config);
+  options.max_budget = model_.config().seq_len;  // Evicts nothing.
+  options.first_guess = first_guess;
+  std::map<int64_t, double> known;
+  for (const auto& [b, r] : curve->runs) known[b] = r.mean_live();
+  return eval::SearchBudget(
+      options,
+      [&](int64_t b) -> absl::StatusOr<double> {
+        ENTROKV_ASSIGN_OR_RETURN(const Run* r, At(curve, b));
+        return r->mean_live();
+      },
+      &known);
+}
+
+absl::StatusOr<Bracket> CurveSearch::Find(Curve* curve, double target) {
+  ENTROKV_ASSIGN_OR_RETURN(eval::BudgetSearchResult found,
+                           Search(curve, target, 0.0, 0));
+  if (!found.found()) return Bracket{};
+  Bracket bracket;
+  bracket.lo = &curve->runs.at(found.lo);
+  bracket.hi = &curve->runs.at(found.hi);
+  bracket.ppl = PplAtMeanLive({bracket.lo, bracket.hi}, target);
+  return bracket;
+}
+
+absl::StatusOr<Point> CurveSearch::Calibrate(Curve* curve, double target,
+                                             double tolerance,
+                                             int64_t first_guess) {
+  ENTROKV_ASSIGN_OR_RETURN(eval::BudgetSearchResult found,
+                           Search(curve, target, tolerance, first_guess));
+  Point p;
+  p.probes = found.probes;
+  if (!found.found()) return p;
+  if (found.hit >= 0) {
+    const Run& r = curve->runs.at(found.hit);
+    p.runs = {&r};
+    p.mean_live = r.mean_live();
+    p.story_nll = r.story_nll;
+  } else {
+    const Run& lo = curve->runs.at(found.lo);
+    const Run& hi = curve->runs.at(found.hi);
+    p.runs = {&lo, &hi};
+    const double x0 = lo.mean_live(), x1 = hi.mean_live();
+    const double w = eval::InterpolationWeight(x0, x1, target);
+    p.mean_live = eval::Lerp(x0, x1, w);
+    p.story_nll = eval::LerpEach(lo.story_nll, hi.story_nll, w);
+  }
+  p.story_tokens = p.runs[0]->story_tokens;
+  double nll = 0.0;
+  int64_t tokens = 0;
+  for (size_t s = 0; s < p.story_nll.size(); ++s) {
+    nll += p.story_nll[s];
+    tokens += p.story_tokens[s];
+  }
+  p.ppl = std::exp(nll / static_cast<double>(tokens));
+  for (const Run* r : p.runs) p.peak_live = std::max(p.peak_live, r->peak_live);
+  return p;
+}
+
+double PplAtMeanLive(std::vector<const Run*> points, double target) {
+  std::sort(points.begin(), points.end(), [](const Run* a, const Run* b) {
+    return a->mean_live() < b->mean_live();
+  });
+  for (size_t i = 0; i + 1 < points.size(); ++i) {
+    const double x0 = points[i]->mean_live(), x1 = points[i + 1]->mean_live();
+    if (target >= x0 && target <= x1) {
+      return std::exp(eval::Lerp(std::log(points[i]->ppl()),
+                                 std::log(points[i + 1]->ppl()),
+                                 eval::InterpolationWeight(x0, x1, target)));
+    }
+  }
+  if (points.size() == 1 && points[0]->mean_live() == target) {
+    return points[0]->ppl();
+  }
+  return std::numeric_limits<double>::quiet_NaN();
+}
+
+}  // namespace entrokv::tinyllama

@@ -1,0 +1,282 @@
+#include "tinyllama/eval_protocol_report.h"
+
+#include <cstdint>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "tinyllama/eval_output.h"
+#include "tinyllama/eval_policies.h"
+
+namespace entrokv::tinyllama {
+namespace {
+
+std::string DiffCell(const PairedDifference& d) {
+  return absl::StrFormat("%+.2f [%+.2f, %+.2f]%s", d.pct, d.lo_pct, d.hi_pct,
+                         d.significant() ? " *" : "");
+}
+
+void AppendTuning(const ProtocolResult& r, std::string* md) {
+  absl::StrAppend(md, "\nTuning at mean live ", r.tune_target,
+                  " on the tuning stories. Grid: ", r.grid_text,
+                  ".\n\n| group | policy | parameters | ppl | budget | "
+                  "mean live |\n|---|---|---|---:|---:|---:|\n");
+  for (const auto& c : r.candidates) {
+    absl::StrAppend(md, "| ", c->group, " | ", PolicyName(c->curve.config),
+                    " | ", c->label, " | ", Num(c->point.ppl, 4), " | ",
+                    c->point.Budgets(), " | ", Num(c->point.mean_live, 2),
+                    " |\n");
+  }
+}
+
+// The parameters used on the test stories, and their perplexity table.
+void AppendPerplexity(const ProtocolResult& r, std::string* md) {
+  const TunedParameters& tuned = r.tuned;
+  const std::string tuned_text = absl::StrCat(
+      "affinity: ", ParamsOf(tuned.affinity),
+      "; entropy budget: gamma=", tuned.entropy.entropy_budget.gamma,
+      " ema_rate=", tuned.entropy.entropy_budget.ema_rate,
+      "; h2o: recent_fraction=", tuned.h2o.h2o.recent_fraction,
+      "; streaming: sinks=", tuned.streaming.streaming_sinks);
+  absl::StrAppend(md, "\nParameters used on the test stories (",
+                  r.tuning ? "tuned" : "core's defaults", "): ", tuned_text,
+                  "\n\nTest stories: perplexity at equal mean live entries "
+                  "(a run within ",
+                  Num(100.0 * r.tolerance, 1),
+                  "% of the target, else the adjacent budgets B, B+1 around "
+                  "it interpolated)\n\n| policy |",
+                  TargetColumns(r.targets, "---:|"));
+  for (size_t i = 0; i < r.policies.size(); ++i) {
+    absl::StrAppend(md, "| ", PolicyName(r.policies[i]), " |");
+    for (size_t t = 0; t < r.targets.size(); ++t) {
+      absl::StrAppend(md, " ", Num(r.points[i][t].ppl, 3), " |");
+    }
+    absl::StrAppend(md, "\n");
+  }
+}
+
+// Whether policy i and the reference both reached target t.
+bool Comparable(const ProtocolResult& r, size_t i, size_t t) {
+  return r.points[i][t].ok() && r.points[r.ref][t].ok();
+}
+
+// The differences against the reference, and the verdict at each target.
+void AppendDifferences(const ProtocolResult& r, std::string* md) {
+  const std::string ref_name = PolicyName(r.policies[r.ref]);
+  absl::StrAppend(md, "\nPerplexity difference against ", ref_name,
+                  " at the same mean live, % [", Num(100 * r.level, 0),
+                  "% paired bootstrap interval over test stories, ",
+                  r.resamples, " resamples, seed ", r.seed,
+                  "]; * = the interval excludes 0\n\n| policy |",
+                  TargetColumns(r.targets, "---:|"));
+  for (size_t i = 0; i < r.policies.size(); ++i) {
+    if (i == r.ref) continue;
+    absl::StrAppend(md, "| ", PolicyName(r.policies[i]), " |");
+    for (size_t t = 0; t < r.targets.size(); ++t) {
+      absl::StrAppend(
+          md, " ", Comparable(r, i, t) ? DiffCell(r.vs_ref[i][t]) : "—", " |");
+    }
+    absl::StrAppend(md, "\n");
+  }
+  absl::StrAppend(md, "\nVerdict against ", ref_name,
+                  " on the test stories:\n");
+  for (size_t t = 0; t < r.targets.size(); ++t) {
+    std::vector<std::string> better, worse, tied;
+    for (size_t i = 0; i < r.policies.size(); ++i) {
+      if (i == r.ref || !Comparable(r, i, t)) continue;
+      const PairedDifference& d = r.vs_ref[i][t];
+      const std::string name = PolicyName(r.policies[i]);
+      (d.hi_pct < 0 ? better : d.lo_pct > 0 ? worse : tied).push_back(name);
+    }
+    absl::StrAppend(md, "- live ", r.targets[t], ": significantly better: ",
+                    better.empty() ? "none" : absl::StrJoin(better, ", "),
+                    "; significantly worse: ",
+                    worse.empty() ? "none" : absl::StrJoin(worse, ", "),
+                    "; not distinguishable: ",
+                    tied.empty() ? "none" : absl::StrJoin(tied, ", "), "\n");
+  }
+}
+
+// The budgets each point used, and how many runs each split took.
+void AppendCalibration(const ProtocolResult& r, std::string* md) {
+  absl::StrAppend(md,
+                  "\nCalibration on the test stories: budget (mean live / "
+                  "peak live)\n\n| policy |",
+                  TargetColumns(r.targets, "---|"));
+  int64_t test_runs = 0;
+  for (size_t i = 0; i < r.policies.size(); ++i) {
+    test_runs += static_cast<int64_t>(r.curves[i]->runs.size());
+    absl::StrAppend(md, "| ", PolicyName(r.policies[i]), " |");
+    for (size_t t = 0; t < r.targets.size(); ++t) {
+      const Point& p = r.points[i][t];
+      absl::StrAppend(md, " ", p.Budgets(), " (", Num(p.mean_live, 2), " / ",
+                      p.peak_live, ") |");
+    }
+    absl::StrAppend(md, "\n");
+  }
+  int64_t tune_runs = 0;
+  for (const auto& c : r.candidates) {
+    tune_runs += static_cast<int64_t>(c->curve.runs.size());
+  }
+  absl::StrAppend(md, "\n", tune_runs, " runs of ", r.split.tune.size(),
+                  " tuning stories, ", test_runs, " runs of ",
+                  r.split.test.size(), " test stories\n");
+}
+
+}  // namespace
+
+std::string ProtocolReport(const ProtocolResult& r) {
+  std::string md =
+      absl::StrCat("\nSplit: ", r.split_text, "\n", r.full_text, "\n");
+  if (r.tuning) AppendTuning(r, &md);
+  AppendPerplexity(r, &md);
+  AppendDifferences(r, &md);
+  AppendCalibration(r, &md);
+  return md;
+}
+
+std::string ProtocolCsv(const ProtocolResult& r) {
+  std::string csv =
+      "split,policy,parameters,target_mean_live,budgets,mean_live,peak_live,"
+      "perplexity,pct_over_full,pct_over_full_lo,pct_over_full_hi,"
+      "diff_vs_reference_pct,diff_lo,diff_hi,significant\n";
+  for (size_t i = 0; i < r.policies.size(); ++i) {
+    for (size_t t = 0; t < r.targets.size(); ++t) {
+      const Point& p = r.points[i][t];
+      const PairedDifference& f = r.vs_full[i][t];
+      const PairedDifference& d = r.vs_ref[i][t];
+      absl::StrAppend(&csv, "test,", PolicyName(r.policies[i]), ",\"",
+                      ParamsOf(r.policies[i]), "\",", r.targets[t], ",",
+                      p.Budgets(), ",", Num(p.mean_live, 3), ",", p.peak_live,
+                      ",", Num(p.ppl, 5), ",", Num(f.pct, 3), ",",
+                      Num(f.lo_pct, 3), ",", Num(f.hi_pct, 3), ",",
+                      Num(d.pct, 3), ",", Num(d.lo_pct, 3), ",",
+                      Num(d.hi_pct, 3), ",", d.significant() ? 1 : 0, "\n");
+    }
+  }
+  for (const auto& c : r.candidates) {
+    absl::StrAppend(&csv, "tune,", PolicyName(c->curve.config), ",\"", c->label,
+                    "\",", r.tune_target, ",", c->point.Budgets(), ",",
+                    Num(c->point.mean_live, 3), ",", c->point.peak_live, ",",
+                    Num(c->point.ppl, 5), ",,,,,,,\n");
+  }
+  return csv;
+}
+
+std::string ProtocolRunsCsv(const ProtocolResult& r) {
+  std::string csv =
+      "split,policy,parameters,budget,nll,perplexity,mean_live,peak_live,"
+      "seconds\n";
+  auto run_rows = [&](const char* which, const Curve& curve) {
+    for (const auto& [b, run] : curve.runs) {
+      absl::StrAppend(&csv, which, ",", run.policy, ",\"", ParamsOf(run.config),
+                      "\",", b, ",", Num(run.nll_sum / run.predicted, 6), ",",
+                      Num(run.ppl(), 5), ",", Num(run.mean_live(), 3), ",",
+                      run.peak_live, ",", Num(run.seconds, 2), "\n");
+    }
+  };
+  for (const auto& c : r.candidates) run_rows("tune", c->curve);
+  for (const auto& c : r.curves) run_rows("test", *c);
+  return csv;
+}
+
+namespace {
+
+// The 1-based story numbers of `v`, as a JSON list.
+std::string StoryNumbers(const std::vector<int>& v) {
+  std::vector<int> one;
+  for (int i : v) one.push_back(i + 1);
+  return absl::StrCat("[", absl::StrJoin(one, ", "), "]");
+}
+
+// Up to the tuning candidates' list, opened.
+std::string JsonHead(const ProtocolResult& r) {
+  return absl::StrCat(
+      "{\n  \"data\": ", JsonString(r.data_dir),
+      ",\n  \"decider\": ", JsonString(r.decider),
+      ",\n  \"stories\": ", r.stories,
+      ",\n  \"split\": {\"tune\": ", StoryNumbers(r.split.tune),
+      ", \"test\": ", StoryNumbers(r.split.test),
+      ", \"tune_tokens\": ", r.tune_tokens,
+      ", \"test_tokens\": ", r.test_tokens,
+      ", \"numbering\": \"1-based story index in tinystories_valid_head.txt\"},"
+      "\n  \"full_cache\": {\"perplexity_all\": ",
+      Num(r.full.ppl()), ", \"perplexity_tune\": ", Num(r.full_tune_ppl),
+      ", \"perplexity_test\": ", Num(r.full_test_ppl),
+      ", \"mean_live\": ", Num(r.full.mean_live(), 2),
+      ", \"peak_live\": ", r.full.peak_live,
+      "},\n  \"calibration\": {\"tolerance_fraction\": ", r.tolerance,
+      ", \"method\": \"budget search (secant, then bisection) on the integer "
+      "nominal budget; a run within the tolerance of the target is used as "
+      "is, else the adjacent budgets B, B+1 bracketing the target are "
+      "interpolated (per-story NLL, i.e. log-perplexity, linear in mean "
+      "live)\"},\n  \"bootstrap\": {\"resamples\": ",
+      r.resamples, ", \"seed\": ", r.seed, ", \"level\": ", r.level,
+      ", \"reference\": ", JsonString(PolicyName(r.policies[r.ref])),
+      "},\n  \"tuning\": {\"enabled\": ", r.tuning ? "true" : "false",
+      ", \"target_mean_live\": ", r.tune_target,
+      ", \"grid\": ", JsonString(r.grid_text), ", \"candidates\": [");
+}
+
+void AppendJsonTuning(const ProtocolResult& r, std::string* json) {
+  for (size_t i = 0; i < r.candidates.size(); ++i) {
+    const Candidate& c = *r.candidates[i];
+    absl::StrAppend(json, i ? "," : "",
+                    "\n    {\"group\": ", JsonString(c.group),
+                    ", \"policy\": ", JsonString(PolicyName(c.curve.config)),
+                    ", \"parameters\": ", JsonString(c.label),
+                    ", \"perplexity\": ", Num(c.point.ppl),
+                    ", \"budgets\": ", JsonString(c.point.Budgets()),
+                    ", \"mean_live\": ", Num(c.point.mean_live, 3), "}");
+  }
+  const TunedParameters& tuned = r.tuned;
+  absl::StrAppend(
+      json, "],\n    \"tuned\": {\"affinity_update\": ",
+      JsonString(
+          std::string(AffinityUpdateName(tuned.affinity.affinity.update))),
+      ", \"affinity_beta\": ", tuned.affinity.affinity.beta,
+      ", \"affinity_lambda\": ", tuned.affinity.affinity.lambda,
+      ", \"entropy_gamma\": ", tuned.entropy.entropy_budget.gamma,
+      ", \"entropy_ema_rate\": ", tuned.entropy.entropy_budget.ema_rate,
+      ", \"h2o_recent_fraction\": ", tuned.h2o.h2o.recent_fraction,
+      ", \"streaming_sinks\": ", tuned.streaming.streaming_sinks,
+      "}},\n  \"targets\": [", absl::StrJoin(r.targets, ", "),
+      "],\n  \"test\": [");
+}
+
+void AppendJsonTest(const ProtocolResult& r, std::string* json) {
+  for (size_t i = 0; i < r.policies.size(); ++i) {
+    absl::StrAppend(json, i ? "," : "", "\n    {\"policy\": ",
+                    JsonString(PolicyName(r.policies[i])),
+                    ", \"parameters\": ", JsonString(ParamsOf(r.policies[i])),
+                    ", \"points\": [");
+    for (size_t t = 0; t < r.targets.size(); ++t) {
+      const Point& p = r.points[i][t];
+      const PairedDifference& f = r.vs_full[i][t];
+      const PairedDifference& d = r.vs_ref[i][t];
+      absl::StrAppend(
+          json, t ? ", " : "", "{\"target\": ", r.targets[t],
+          ", \"budgets\": ", JsonString(p.Budgets()),
+          ", \"mean_live\": ", Num(p.mean_live, 3),
+          ", \"peak_live\": ", p.peak_live, ", \"perplexity\": ", Num(p.ppl),
+          ", \"pct_over_full\": [", Num(f.pct, 3), ", ", Num(f.lo_pct, 3), ", ",
+          Num(f.hi_pct, 3), "], \"diff_vs_reference_pct\": [", Num(d.pct, 3),
+          ", ", Num(d.lo_pct, 3), ", ", Num(d.hi_pct, 3),
+          "], \"significant\": ", d.significant() ? "true" : "false", "}");
+    }
+    absl::StrAppend(json, "]}");
+  }
+}
+
+}  // namespace
+
+std::string ProtocolJson(const ProtocolResult& r) {
+  std::string json = JsonHead(r);
+  AppendJsonTuning(r, &json);
+  AppendJsonTest(r, &json);
+  absl::StrAppend(&json, "\n  ]\n}\n");
+  return json;
+}
+
+}  // namespace entrokv::tinyllama

@@ -1,0 +1,84 @@
+#include "tinyllama/eval_run.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "entrokv/core/status_macros.h"
+#include "tinyllama/evaluator.h"
+
+namespace entrokv::tinyllama {
+namespace {
+
+// The progress of this process's runs; null with --progress=false.
+EvalProgress* progress = nullptr;
+
+}  // namespace
+
+void SetEvalProgress(EvalProgress* p) { progress = p; }
+
+absl::Status Evaluate(const Model& model,
+                      const std::vector<std::vector<int>>& stories,
+                      Decider* decider, Run* run) {
+  const auto start = std::chrono::steady_clock::now();
+  EvaluateOptions options;
+  options.lag = run->lag;
+  options.record_evictions = run->record_evictions;
+  if (progress != nullptr) {
+    progress->RunStarted(static_cast<int64_t>(stories.size()));
+  }
+  for (const std::vector<int>& tokens : stories) {
+    std::unique_ptr<DeciderSession> session;
+    if (decider != nullptr) {
+      ENTROKV_ASSIGN_OR_RETURN(session, decider->Open(run->config));
+    }
+    ENTROKV_ASSIGN_OR_RETURN(
+        SequenceResult r,
+        EvaluateSequence(model, tokens, session.get(), options));
+    if (session != nullptr) ENTROKV_RETURN_IF_ERROR(session->Close());
+    run->nll_sum += r.nll_sum;
+    run->predicted += r.predicted;
+    run->live_sum += r.live_sum;
+    run->peak_live = std::max(run->peak_live, r.peak_live);
+    run->evicted += r.evicted;
+    run->deferred += r.deferred;
+    run->story_nll.push_back(r.nll_sum);
+    run->story_tokens.push_back(r.predicted);
+    if (run->record_evictions)
+      run->evicted_at.push_back(std::move(r.evicted_at));
+    if (progress != nullptr) progress->StoryDone();
+  }
+  if (progress != nullptr) progress->RunDone();
+  run->seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start)
+          .count();
+  return absl::OkStatus();
+}
+
+absl::Status RunTasks(std::vector<std::function<absl::Status()>> tasks,
+                      int threads) {
+  std::atomic<size_t> next{0};
+  std::mutex mu;
+  absl::Status failure;
+  auto worker = [&]() {
+    for (size_t i = next++; i < tasks.size(); i = next++) {
+      absl::Status status = tasks[i]();
+      if (!status.ok()) {
+        std::lock_guard<std::mutex> lock(mu);
+        if (failure.ok()) failure = status;
+        next = tasks.size();
+        return;
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (int t = 0; t < std::max(1, threads); ++t) pool.emplace_back(worker);
+  for (std::thread& t : pool) t.join();
+  return failure;
+}
+
+}  // namespace entrokv::tinyllama

@@ -1,0 +1,67 @@
+// A run of entrokv-eval: one policy (and scoring variant) at one nominal
+// budget over a set of stories, the example engine evaluating them
+// teacher-forced with the decider choosing evictions; its totals and
+// per-story results. And the worker pool the modes evaluate runs on.
+//
+// Thread-safety: a Run is written by the one thread that evaluates it.
+// Evaluate() and RunTasks() are reentrant; the progress they report to is
+// thread-safe.
+
+#ifndef ENTROKV_EVAL_TINYLLAMA_EVAL_RUN_H_
+#define ENTROKV_EVAL_TINYLLAMA_EVAL_RUN_H_
+
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "entrokv/core/config.h"
+#include "tinyllama/decider.h"
+#include "tinyllama/model.h"
+#include "tinyllama/progress.h"
+
+namespace entrokv::tinyllama {
+
+struct Run {
+  SessionConfig config;  // Budget, policy and variant.
+  std::string policy;
+  std::string variant;  // VariantLabel(config).
+  int lag = 0;
+  bool record_evictions = false;
+  // Results.
+  double nll_sum = 0.0;
+  int64_t predicted = 0;
+  int64_t live_sum = 0;
+  int64_t peak_live = 0;
+  int64_t evicted = 0;
+  int64_t deferred = 0;
+  std::vector<double> story_nll;      // Per story: Σ −log p.
+  std::vector<int64_t> story_tokens;  // Per story: tokens scored.
+  // Per story, SequenceResult::evicted_at (record_evictions only).
+  std::vector<std::vector<int32_t>> evicted_at;
+  double seconds = 0.0;
+  double ppl() const { return std::exp(nll_sum / predicted); }
+  double mean_live() const { return static_cast<double>(live_sum) / predicted; }
+};
+
+// Where Evaluate() reports runs and stories; null (the default): nowhere.
+// REQUIRES: no run is being evaluated.
+void SetEvalProgress(EvalProgress* progress);
+
+// Evaluates `run` (its config, lag and record_evictions) over `stories`,
+// each in a session of its own opened on `decider` (null: the full cache,
+// nothing evicted), and adds up its results.
+absl::Status Evaluate(const Model& model,
+                      const std::vector<std::vector<int>>& stories,
+                      Decider* decider, Run* run);
+
+// Runs `tasks` on `threads` workers (at least one); the first error stops
+// the rest and is returned.
+absl::Status RunTasks(std::vector<std::function<absl::Status()>> tasks,
+                      int threads);
+
+}  // namespace entrokv::tinyllama
+
+#endif  // ENTROKV_EVAL_TINYLLAMA_EVAL_RUN_H_
