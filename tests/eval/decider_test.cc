@@ -19,6 +19,8 @@ namespace entrokv::tinyllama {
 namespace {
 
 using ::entrokv::tinyllama::testing::DataDirOrEmpty;
+using ::entrokv::tinyllama::testing::LoadTestData;
+using ::entrokv::tinyllama::testing::TestData;
 using ::entrokv::tinyllama::testing::ReferenceNll;
 
 class InProcessDeciderTest : public ::testing::Test {
@@ -26,15 +28,9 @@ class InProcessDeciderTest : public ::testing::Test {
   void SetUp() override {
     data_ = DataDirOrEmpty();
     ENTROKV_SKIP_WITHOUT_DATA(data_);
-    ASSERT_OK_AND_ASSIGN(Model model, Model::Load(ModelPath(data_)));
-    model_ = std::make_unique<Model>(std::move(model));
-    ASSERT_OK_AND_ASSIGN(Tokenizer tokenizer,
-                         Tokenizer::Load(TokenizerPath(data_), 512));
-    ASSERT_OK_AND_ASSIGN(std::vector<std::string> stories,
-                         LoadStories(StoriesPath(data_), 2));
-    for (const std::string& s : stories) {
-      tokens_.push_back(StoryTokens(tokenizer, s, 512));
-    }
+    ASSERT_OK_AND_ASSIGN(TestData loaded, LoadTestData(data_, 2, 512));
+    model_ = std::move(loaded.model);
+    tokens_ = std::move(loaded.stories);
     ASSERT_OK_AND_ASSIGN(decider_, CreateInProcessDecider());
   }
 

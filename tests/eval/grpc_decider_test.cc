@@ -21,23 +21,19 @@ namespace entrokv::tinyllama {
 namespace {
 
 using ::entrokv::tinyllama::testing::DataDirOrEmpty;
+using ::entrokv::tinyllama::testing::LoadTestData;
 using ::entrokv::tinyllama::testing::ScoringCase;
+using ::entrokv::tinyllama::testing::TestData;
 
 class GrpcDeciderTest : public ::testing::Test {
  protected:
   void SetUp() override {
     data_ = DataDirOrEmpty();
     ENTROKV_SKIP_WITHOUT_DATA(data_);
-    ASSERT_OK_AND_ASSIGN(Model model, Model::Load(ModelPath(data_)));
-    model_ = std::make_unique<Model>(std::move(model));
-    ASSERT_OK_AND_ASSIGN(Tokenizer tokenizer,
-                         Tokenizer::Load(TokenizerPath(data_), 512));
-    ASSERT_OK_AND_ASSIGN(std::vector<std::string> stories,
-                         LoadStories(StoriesPath(data_), 2));
-    for (const std::string& s : stories) {
-      // 160 tokens each keep the suite quick; budgets below force evictions.
-      tokens_.push_back(StoryTokens(tokenizer, s, 160));
-    }
+    // 160 tokens each keep the suite quick; budgets below force evictions.
+    ASSERT_OK_AND_ASSIGN(TestData loaded, LoadTestData(data_, 2, 160));
+    model_ = std::move(loaded.model);
+    tokens_ = std::move(loaded.stories);
     server::ServerOptions options;
     options.listen = {"127.0.0.1:0"};
     options.use_gpu = false;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <cstdio>
 #include <filesystem>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -16,6 +17,8 @@
 #include "absl/strings/str_split.h"
 #include "entrokv/core/config.h"
 #include "tinyllama/evaluator.h"
+#include "tinyllama/model.h"
+#include "tinyllama/tokenizer.h"
 
 namespace entrokv::tinyllama::testing {
 
@@ -38,6 +41,28 @@ inline std::string DataDirOrEmpty() {
                     "it at <repo>/../shared/data/tinystories); see "       \
                     "docs/results-tinystories.md for its sources";         \
   }
+
+// The model of `dir` and its first `stories` stories, tokenized and cut to
+// `max_tokens` each: what the decider tests evaluate.
+struct TestData {
+  std::unique_ptr<Model> model;
+  std::vector<std::vector<int>> stories;
+};
+inline absl::StatusOr<TestData> LoadTestData(const std::string& dir,
+                                             int stories, int max_tokens) {
+  absl::StatusOr<Model> model = Model::Load(ModelPath(dir));
+  if (!model.ok()) return model.status();
+  absl::StatusOr<Tokenizer> tokenizer = Tokenizer::Load(TokenizerPath(dir), 512);
+  if (!tokenizer.ok()) return tokenizer.status();
+  absl::StatusOr<std::vector<std::string>> texts =
+      LoadStories(StoriesPath(dir), stories);
+  if (!texts.ok()) return texts.status();
+  TestData data{std::make_unique<Model>(*std::move(model)), {}};
+  for (const std::string& s : *texts) {
+    data.stories.push_back(StoryTokens(*tokenizer, s, max_tokens));
+  }
+  return data;
+}
 
 #define ENTROKV_SKIP_WITHOUT_PYTHON()                                      \
   if (!std::filesystem::exists(::entrokv::tinyllama::testing::kPython)) {  \

@@ -24,7 +24,9 @@ namespace entrokv::tinyllama {
 namespace {
 
 using ::entrokv::tinyllama::testing::DataDirOrEmpty;
+using ::entrokv::tinyllama::testing::LoadTestData;
 using ::entrokv::tinyllama::testing::ScoringCase;
+using ::entrokv::tinyllama::testing::TestData;
 
 // One step as the engine reported it, and the decider's answer.
 struct RecordedStep {
@@ -87,13 +89,9 @@ class SketchDeciderTest : public ::testing::Test {
   void SetUp() override {
     data_ = DataDirOrEmpty();
     ENTROKV_SKIP_WITHOUT_DATA(data_);
-    ASSERT_OK_AND_ASSIGN(Model model, Model::Load(ModelPath(data_)));
-    model_ = std::make_unique<Model>(std::move(model));
-    ASSERT_OK_AND_ASSIGN(Tokenizer tokenizer,
-                         Tokenizer::Load(TokenizerPath(data_), 512));
-    ASSERT_OK_AND_ASSIGN(std::vector<std::string> stories,
-                         LoadStories(StoriesPath(data_), 1));
-    tokens_ = StoryTokens(tokenizer, stories[0], 200);
+    ASSERT_OK_AND_ASSIGN(TestData loaded, LoadTestData(data_, 1, 200));
+    model_ = std::move(loaded.model);
+    tokens_ = std::move(loaded.stories[0]);
     ASSERT_OK_AND_ASSIGN(decider_, CreateInProcessDecider());
   }
 
