@@ -122,12 +122,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
 
   {
     absl::MutexLock lock(&mu_);
-    if (options_.max_sessions > 0 &&
-        static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("sessions: the server's limit of ",
-                       options_.max_sessions, " open sessions is reached"));
-    }
+    if (absl::Status room = CheckRoomLocked(); !room.ok()) return room;
     if (!requested_id.empty() && sessions_.contains(requested_id)) {
       return absl::AlreadyExistsError(
           absl::StrCat("session_id: ", requested_id, " is already in use"));
@@ -149,12 +144,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
   {
     absl::MutexLock lock(&mu_);
     // Checked again: another Create() may have run meanwhile.
-    if (options_.max_sessions > 0 &&
-        static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
-      return absl::ResourceExhaustedError(
-          absl::StrCat("sessions: the server's limit of ",
-                       options_.max_sessions, " open sessions is reached"));
-    }
+    if (absl::Status room = CheckRoomLocked(); !room.ok()) return room;
     std::string id = requested_id;
     if (id.empty()) {
       do {
@@ -305,6 +295,16 @@ int64_t SessionRegistry::live_entries() const {
     live += entry->live_.load(std::memory_order_relaxed);
   }
   return live;
+}
+
+absl::Status SessionRegistry::CheckRoomLocked() const {
+  if (options_.max_sessions > 0 &&
+      static_cast<int64_t>(sessions_.size()) >= options_.max_sessions) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("sessions: the server's limit of ", options_.max_sessions,
+                     " open sessions is reached"));
+  }
+  return absl::OkStatus();
 }
 
 SessionSnapshot SessionRegistry::SnapshotLocked(const SessionEntry& entry,

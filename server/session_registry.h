@@ -160,6 +160,8 @@ class SessionRegistry {
   SessionSnapshot SnapshotLocked(const SessionEntry& entry,
                                  absl::Time now) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // ResourceExhausted when max_sessions sessions are open.
+  absl::Status CheckRoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const RegistryOptions options_;
   Backend* const cpu_;

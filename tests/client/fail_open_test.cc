@@ -95,14 +95,7 @@ class HangingService final : public v1::EntroKv::Service {
       grpc::ServerContext*,
       grpc::ServerReaderWriter<v1::DecodeResponse, v1::DecodeRequest>* stream)
       override {
-    v1::DecodeRequest request;
-    while (stream->Read(&request)) {
-      if (request.attach_size() > 0) {
-        v1::DecodeResponse response;
-        response.add_attach_results()->set_session_id(request.attach(0));
-        stream->Write(response);
-      }
-    }
+    testing::AnswerAttachesOnly(stream);
     return grpc::Status::OK;
   }
 

@@ -14,6 +14,20 @@
 
 namespace entrokv::testing {
 
+// Answers every attach on `stream` and never a step, until the client ends
+// the stream.
+inline void AnswerAttachesOnly(
+    grpc::ServerReaderWriter<v1::DecodeResponse, v1::DecodeRequest>* stream) {
+  v1::DecodeRequest request;
+  while (stream->Read(&request)) {
+    if (request.attach_size() > 0) {
+      v1::DecodeResponse response;
+      response.add_attach_results()->set_session_id(request.attach(0));
+      stream->Write(response);
+    }
+  }
+}
+
 // Creates sessions named "silent", answers attaches, swallows steps: the
 // deadline path, deterministic.
 class SilentService final : public v1::EntroKv::Service {
@@ -28,15 +42,7 @@ class SilentService final : public v1::EntroKv::Service {
       grpc::ServerContext*,
       grpc::ServerReaderWriter<v1::DecodeResponse, v1::DecodeRequest>* stream)
       override {
-    v1::DecodeRequest request;
-    while (stream->Read(&request)) {
-      if (request.attach_size() > 0) {
-        v1::DecodeResponse response;
-        response.add_attach_results()->set_session_id(request.attach(0));
-        stream->Write(response);
-      }
-      // Steps are swallowed: never answered.
-    }
+    AnswerAttachesOnly(stream);  // Steps are swallowed: never answered.
     return grpc::Status::OK;
   }
 };
