@@ -1,0 +1,315 @@
+#include "entrokv/core/shadow.h"
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <limits>
+#include <utility>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "entrokv/core/backend.h"
+#include "entrokv/core/element_type.h"
+
+namespace entrokv {
+namespace {
+
+absl::Status Bad(absl::string_view field, absl::string_view why) {
+  return absl::InvalidArgumentError(absl::StrCat(field, ": ", why));
+}
+
+bool SameShape(const Shape& a, const Shape& b) {
+  return a.layers == b.layers && a.kv_heads == b.kv_heads &&
+         a.q_heads == b.q_heads && a.head_dim == b.head_dim &&
+         a.element_type == b.element_type && a.sketch_dim == b.sketch_dim &&
+         a.query_form == b.query_form;
+}
+
+absl::Status ValidateOptions(const SessionConfig& primary,
+                             const ShadowOptions& o) {
+  if (o.max_reference_entries < 1) {
+    return Bad("max_reference_entries",
+               absl::StrCat(o.max_reference_entries, " is below 1"));
+  }
+  if (o.score_every < 1) {
+    return Bad("score_every", absl::StrCat(o.score_every, " is below 1"));
+  }
+  if (static_cast<int64_t>(o.shadows.size()) > o.max_shadows) {
+    return Bad("shadows", absl::StrCat(o.shadows.size(), " given, at most ",
+                                       o.max_shadows));
+  }
+  for (size_t i = 0; i < o.shadows.size(); ++i) {
+    const SessionConfig& s = o.shadows[i];
+    const std::string at = absl::StrCat("shadows[", i, "]");
+    if (absl::Status st = ValidateSessionConfig(s); !st.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat(at, ".", st.message()));
+    }
+    if (!SameShape(s.shape, primary.shape)) {
+      return Bad(absl::StrCat(at, ".shape"), "differs from the session's");
+    }
+    if (s.decide_every != primary.decide_every) {
+      return Bad(absl::StrCat(at, ".decide_every"),
+                 absl::StrCat(s.decide_every, " differs from the session's ",
+                              primary.decide_every));
+    }
+    if (s.hard_ceiling != primary.hard_ceiling) {
+      return Bad(absl::StrCat(at, ".hard_ceiling"),
+                 absl::StrCat(s.hard_ceiling, " differs from the session's ",
+                              primary.hard_ceiling));
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Recall values over the scored steps.
+class RecallSeries {
+ public:
+  void Add(double r) { values_.push_back(r); }
+  RecallSummary Summary() const {
+    RecallSummary s;
+    s.steps = static_cast<int64_t>(values_.size());
+    if (values_.empty()) return s;
+    std::vector<double> sorted = values_;
+    std::sort(sorted.begin(), sorted.end());
+    double sum = 0.0;
+    for (double v : values_) sum += v;
+    s.mean = sum / static_cast<double>(values_.size());
+    s.min = sorted.front();
+    // Nearest rank: the ceil(0.1 n)-th smallest.
+    const size_t rank = static_cast<size_t>(
+        std::ceil(0.1 * static_cast<double>(sorted.size())));
+    s.p10 = sorted[std::max<size_t>(rank, 1) - 1];
+    return s;
+  }
+
+ private:
+  std::vector<double> values_;
+};
+
+struct Shadow {
+  SessionConfig config;
+  std::unique_ptr<SessionState> state;
+  absl::Status status;
+  RecallSeries recall;
+  double jaccard_sum = 0.0;
+  int64_t live = 0;
+};
+
+class ShadowSetImpl final : public ShadowSet {
+ public:
+  ShadowSetImpl(const SessionConfig& primary, const ShadowOptions& options,
+                std::unique_ptr<Backend> backend)
+      : primary_(primary), options_(options), backend_(std::move(backend)) {}
+
+  absl::Status Init() {
+    for (const SessionConfig& c : options_.shadows) {
+      absl::StatusOr<std::unique_ptr<SessionState>> state =
+          backend_->CreateSession(c, {});
+      if (!state.ok()) return state.status();
+      Shadow shadow;
+      shadow.config = c;
+      shadow.state = *std::move(state);
+      shadows_.push_back(std::move(shadow));
+    }
+    return absl::OkStatus();
+  }
+
+  void Observe(const StepInput& input, const StepResult& result) override;
+  ShadowStats Stats() const override;
+
+ private:
+  void Append(const StepInput& input);
+  void StepShadows(const StepInput& input);
+  // a_i over the reference for this step's queries.
+  void Attention(const StepInput& input);
+  double Recall(absl::Span<const uint64_t> virtual_ids) const;
+  double OracleRecall(int64_t budget) const;
+
+  const SessionConfig primary_;
+  const ShadowOptions options_;
+  const std::unique_ptr<Backend> backend_;
+  std::vector<Shadow> shadows_;
+
+  uint64_t next_virtual_ = 0;
+  absl::flat_hash_map<uint64_t, uint64_t> primary_live_;  // Slot -> virtual.
+  std::vector<uint64_t> step_virtual_;  // The step's appends, virtual ids.
+  std::vector<float> reference_;        // [virtual id][key_elements].
+  bool reference_full_ = false;
+  int64_t steps_observed_ = 0;
+  int64_t steps_with_queries_ = 0;
+  RecallSeries primary_recall_;
+  RecallSeries oracle_recall_;
+
+  std::vector<float> queries_;
+  std::vector<double> attention_;  // a_i, per reference entry.
+  std::vector<double> row_;
+};
+
+void ShadowSetImpl::Append(const StepInput& input) {
+  const int64_t n = static_cast<int64_t>(input.append.slot_ids.size());
+  const int64_t ke = primary_.shape.key_elements();
+  step_virtual_.clear();
+  for (int64_t e = 0; e < n; ++e) {
+    step_virtual_.push_back(next_virtual_++);
+  }
+  const int64_t held = static_cast<int64_t>(reference_.size()) / ke;
+  if (held + n > options_.max_reference_entries) {
+    reference_full_ = true;
+  }
+  if (reference_full_) return;
+  const size_t old = reference_.size();
+  reference_.resize(old + static_cast<size_t>(n * ke));
+  DecodeElements(primary_.shape.element_type, input.append.keys.data(),
+                 static_cast<size_t>(n * ke), reference_.data() + old);
+}
+
+void ShadowSetImpl::StepShadows(const StepInput& input) {
+  StepInput shadow_input = input;
+  shadow_input.append.slot_ids = step_virtual_;
+  StepResult result;
+  for (Shadow& s : shadows_) {
+    if (!s.status.ok()) continue;
+    s.status = s.state->Step(shadow_input, &result);
+    if (s.status.ok()) s.live = result.live;
+  }
+}
+
+void ShadowSetImpl::Attention(const StepInput& input) {
+  const Shape& shape = primary_.shape;
+  const int64_t ke = shape.key_elements();
+  const int64_t n = static_cast<int64_t>(reference_.size()) / ke;
+  const int32_t d = shape.vector_dim();
+  const int32_t heads = shape.query_heads();
+  const int32_t group =
+      shape.query_form == QueryForm::kGroupSum ? 1 : shape.group_size();
+  const double scale = 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
+  queries_.resize(static_cast<size_t>(shape.query_elements()));
+  DecodeElements(shape.element_type, input.queries.data(), queries_.size(),
+                 queries_.data());
+  attention_.assign(static_cast<size_t>(n), 0.0);
+  row_.resize(static_cast<size_t>(n));
+  const int64_t rows = int64_t{shape.layers} * heads;
+  for (int32_t l = 0; l < shape.layers; ++l) {
+    for (int32_t h = 0; h < heads; ++h) {
+      const float* q = queries_.data() + (int64_t{l} * heads + h) * d;
+      const int64_t key_offset =
+          (int64_t{l} * shape.kv_heads + h / group) * d;
+      double max = -std::numeric_limits<double>::infinity();
+      for (int64_t i = 0; i < n; ++i) {
+        const float* k = reference_.data() + i * ke + key_offset;
+        double z = 0.0;
+        for (int32_t j = 0; j < d; ++j) z += double{q[j]} * double{k[j]};
+        row_[i] = z * scale;
+        max = std::max(max, row_[i]);
+      }
+      double sum = 0.0;
+      for (int64_t i = 0; i < n; ++i) {
+        row_[i] = std::exp(row_[i] - max);
+        sum += row_[i];
+      }
+      for (int64_t i = 0; i < n; ++i) {
+        attention_[i] += row_[i] / sum / static_cast<double>(rows);
+      }
+    }
+  }
+}
+
+double ShadowSetImpl::Recall(absl::Span<const uint64_t> virtual_ids) const {
+  double r = 0.0;
+  for (uint64_t v : virtual_ids) {
+    if (v < attention_.size()) r += attention_[v];
+  }
+  return r;
+}
+
+double ShadowSetImpl::OracleRecall(int64_t budget) const {
+  std::vector<double> sorted = attention_;
+  const size_t keep =
+      std::min(sorted.size(), static_cast<size_t>(std::max<int64_t>(0, budget)));
+  std::partial_sort(sorted.begin(), sorted.begin() + keep, sorted.end(),
+                    std::greater<double>());
+  double r = 0.0;
+  for (size_t i = 0; i < keep; ++i) r += sorted[i];
+  return r;
+}
+
+double Jaccard(const std::vector<uint64_t>& a,
+               const absl::flat_hash_set<uint64_t>& b) {
+  int64_t both = 0;
+  for (uint64_t v : a) both += b.contains(v) ? 1 : 0;
+  const int64_t either = static_cast<int64_t>(a.size() + b.size()) - both;
+  return either == 0 ? 1.0 : static_cast<double>(both) / either;
+}
+
+void ShadowSetImpl::Observe(const StepInput& input, const StepResult& result) {
+  ++steps_observed_;
+  Append(input);
+  for (size_t e = 0; e < step_virtual_.size(); ++e) {
+    primary_live_[input.append.slot_ids[e]] = step_virtual_[e];
+  }
+  for (uint64_t slot : result.evicted) primary_live_.erase(slot);
+  StepShadows(input);
+  if (input.queries.empty() || reference_full_ || reference_.empty()) return;
+  if (steps_with_queries_++ % options_.score_every != 0) return;
+
+  Attention(input);
+  std::vector<uint64_t> primary;
+  absl::flat_hash_set<uint64_t> primary_set;
+  for (const auto& [slot, v] : primary_live_) {
+    primary.push_back(v);
+    primary_set.insert(v);
+  }
+  primary_recall_.Add(Recall(primary));
+  oracle_recall_.Add(OracleRecall(result.budget));
+  for (Shadow& s : shadows_) {
+    if (!s.status.ok()) continue;
+    const std::vector<uint64_t> live = s.state->LiveSlots();
+    s.recall.Add(Recall(live));
+    s.jaccard_sum += Jaccard(live, primary_set);
+  }
+}
+
+ShadowStats ShadowSetImpl::Stats() const {
+  ShadowStats stats;
+  stats.primary.policy = PolicyName(primary_);
+  stats.primary.recall = primary_recall_.Summary();
+  stats.primary.live = static_cast<int64_t>(primary_live_.size());
+  stats.oracle.policy = "oracle";
+  stats.oracle.recall = oracle_recall_.Summary();
+  stats.oracle.mean_jaccard = 0.0;
+  for (const Shadow& s : shadows_) {
+    PolicyReport r;
+    r.policy = PolicyName(s.config);
+    r.recall = s.recall.Summary();
+    r.mean_jaccard = r.recall.steps > 0
+                         ? s.jaccard_sum / static_cast<double>(r.recall.steps)
+                         : 0.0;
+    r.live = s.live;
+    r.status = s.status;
+    stats.shadows.push_back(std::move(r));
+  }
+  const int64_t ke = primary_.shape.key_elements();
+  stats.reference_entries = static_cast<int64_t>(reference_.size()) / ke;
+  stats.reference_bytes =
+      static_cast<int64_t>(reference_.size() * sizeof(float));
+  stats.reference_full = reference_full_;
+  stats.steps_observed = steps_observed_;
+  return stats;
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<ShadowSet>> ShadowSet::Create(
+    const SessionConfig& primary, const ShadowOptions& options) {
+  if (absl::Status st = ValidateOptions(primary, options); !st.ok()) return st;
+  absl::StatusOr<std::unique_ptr<Backend>> backend =
+      CreateBackend(BackendKind::kCpu);
+  if (!backend.ok()) return backend.status();
+  auto set = std::make_unique<ShadowSetImpl>(primary, options,
+                                             *std::move(backend));
+  if (absl::Status st = set->Init(); !st.ok()) return st;
+  return set;
+}
+
+}  // namespace entrokv

@@ -1,0 +1,287 @@
+// ShadowSet (core/include/entrokv/core/shadow.h). Expected recalls come from
+// ComputeQuality (core/metrics.h, checked against the simulator), called on
+// live flags the test derives itself from the policies' rules; Jaccards and
+// counts are worked out by hand.
+
+#include "entrokv/core/shadow.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "entrokv/core/backend.h"
+#include "entrokv/core/config.h"
+#include "entrokv/core/metrics.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace entrokv {
+namespace {
+
+using ::testing::HasSubstr;
+
+// 2 layers x 2 q heads over 1 kv head x d=4, f32: exact on the wire.
+SessionConfig Window(int64_t budget) {
+  SessionConfig c;
+  c.shape = {.layers = 2,
+             .kv_heads = 1,
+             .q_heads = 2,
+             .head_dim = 4,
+             .element_type = ElementType::kF32};
+  c.ranking = Ranking::kWindow;
+  c.budget_control = BudgetControl::kFixed;
+  c.budget = budget;
+  return c;
+}
+
+class ShadowSetTest : public ::testing::Test {
+ protected:
+  static constexpr int kSteps = 12;
+
+  void SetUp() override {
+    std::mt19937 rng(3);
+    std::normal_distribution<float> normal(0.0f, 1.0f);
+    const Shape shape = Window(1).shape;
+    keys_.resize(kSteps * shape.key_elements());
+    queries_.resize(kSteps * shape.query_elements());
+    for (float& x : keys_) x = normal(rng);
+    for (float& x : queries_) x = normal(rng);
+  }
+
+  StepInput Input(int t, const uint64_t* slot, bool with_queries = true) {
+    const Shape shape = Window(1).shape;
+    StepInput in;
+    in.step = static_cast<uint64_t>(t);
+    in.append.slot_ids = absl::MakeConstSpan(slot, 1);
+    in.append.keys = absl::MakeConstSpan(
+        reinterpret_cast<const std::byte*>(keys_.data() +
+                                           t * shape.key_elements()),
+        shape.key_elements() * sizeof(float));
+    if (with_queries) {
+      in.queries = absl::MakeConstSpan(
+          reinterpret_cast<const std::byte*>(queries_.data() +
+                                             t * shape.query_elements()),
+          shape.query_elements() * sizeof(float));
+    }
+    return in;
+  }
+
+  // Attention recall at step t of the entries whose append index passes
+  // `live`, over the t + 1 entries appended so far.
+  double ExpectedRecall(int t, const std::function<bool(int)>& live) const {
+    const Shape shape = Window(1).shape;
+    std::vector<uint8_t> flags(t + 1);
+    for (int i = 0; i <= t; ++i) flags[i] = live(i) ? 1 : 0;
+    const absl::Span<const float> keys(keys_.data(),
+                                       (t + 1) * shape.key_elements());
+    return ComputeQuality(
+               shape, keys, keys,
+               absl::MakeConstSpan(
+                   queries_.data() + t * shape.query_elements(),
+                   shape.query_elements()),
+               flags)
+        .attention_recall;
+  }
+
+  static RecallSummary Summarize(std::vector<double> v) {
+    RecallSummary s;
+    s.steps = static_cast<int64_t>(v.size());
+    double sum = 0;
+    for (double x : v) sum += x;
+    s.mean = sum / v.size();
+    std::sort(v.begin(), v.end());
+    s.min = v.front();
+    s.p10 = v[static_cast<size_t>(std::ceil(0.1 * v.size())) - 1];
+    return s;
+  }
+
+  static void ExpectSummary(const RecallSummary& got,
+                            const RecallSummary& want) {
+    EXPECT_EQ(got.steps, want.steps);
+    EXPECT_NEAR(got.mean, want.mean, 1e-9);
+    EXPECT_NEAR(got.p10, want.p10, 1e-9);
+    EXPECT_NEAR(got.min, want.min, 1e-9);
+  }
+
+  std::vector<float> keys_, queries_;
+};
+
+TEST_F(ShadowSetTest, RecallAndJaccardMatchAnIndependentComputation) {
+  const SessionConfig primary = Window(3);
+  ShadowOptions options;
+  options.shadows = {Window(2)};
+  ASSERT_OK_AND_ASSIGN(auto shadows, ShadowSet::Create(primary, options));
+  ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend(BackendKind::kCpu));
+  ASSERT_OK_AND_ASSIGN(auto session, backend->CreateSession(primary, {}));
+  std::vector<double> want_primary, want_shadow, want_oracle;
+  for (int t = 0; t < kSteps; ++t) {
+    const uint64_t slot = 100 + t;
+    const StepInput in = Input(t, &slot);
+    StepResult result;
+    ASSERT_OK(session->Step(in, &result));
+    shadows->Observe(in, result);
+    // window keeps the newest `budget` entries.
+    want_primary.push_back(ExpectedRecall(t, [&](int i) { return i > t - 3; }));
+    want_shadow.push_back(ExpectedRecall(t, [&](int i) { return i > t - 2; }));
+    // The oracle: the 3 entries of the largest single-entry recall.
+    std::vector<double> each;
+    for (int i = 0; i <= t; ++i) {
+      each.push_back(ExpectedRecall(t, [&](int j) { return j == i; }));
+    }
+    std::sort(each.begin(), each.end(), std::greater<double>());
+    double top = 0;
+    for (int i = 0; i < std::min(3, t + 1); ++i) top += each[i];
+    want_oracle.push_back(top);
+  }
+  const ShadowStats stats = shadows->Stats();
+  ExpectSummary(stats.primary.recall, Summarize(want_primary));
+  ExpectSummary(stats.oracle.recall, Summarize(want_oracle));
+  ASSERT_EQ(stats.shadows.size(), 1u);
+  ExpectSummary(stats.shadows[0].recall, Summarize(want_shadow));
+  // Jaccard of the newest 2 with the newest 3: 1, 2/2 at steps 0-1, then
+  // 2/3 for the remaining 10 steps.
+  EXPECT_NEAR(stats.shadows[0].mean_jaccard, (2.0 + 10.0 * 2.0 / 3.0) / 12.0,
+              1e-12);
+  EXPECT_EQ(stats.primary.policy, "window+fixed");
+  EXPECT_EQ(stats.shadows[0].live, 2);
+  EXPECT_EQ(stats.primary.live, 3);
+  EXPECT_LE(stats.primary.recall.mean, stats.oracle.recall.mean + 1e-12);
+}
+
+TEST_F(ShadowSetTest, ThePrimarysAnswersAreTheSameWithAndWithoutShadows) {
+  SessionConfig primary = Window(4);
+  ASSERT_OK(ApplyPolicyName("tova", &primary));
+  primary.budget = 4;
+  ShadowOptions options;
+  options.shadows = {Window(2), Window(6)};
+  ASSERT_OK_AND_ASSIGN(auto shadows, ShadowSet::Create(primary, options));
+  ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend(BackendKind::kCpu));
+  ASSERT_OK_AND_ASSIGN(auto alone, backend->CreateSession(primary, {}));
+  ASSERT_OK_AND_ASSIGN(auto watched, backend->CreateSession(primary, {}));
+  for (int t = 0; t < kSteps; ++t) {
+    const uint64_t slot = t;
+    const StepInput in = Input(t, &slot);
+    StepResult a, b;
+    ASSERT_OK(alone->Step(in, &a));
+    ASSERT_OK(watched->Step(in, &b));
+    shadows->Observe(in, b);
+    EXPECT_EQ(a.evicted, b.evicted) << "step " << t;
+    EXPECT_EQ(a.live, b.live);
+    EXPECT_EQ(a.budget, b.budget);
+  }
+  EXPECT_EQ(shadows->Stats().primary.recall.steps, kSteps);
+}
+
+TEST_F(ShadowSetTest, TheReferenceCapIsEnforcedAndEndsScoring) {
+  ShadowOptions options;
+  options.max_reference_entries = 5;
+  ASSERT_OK_AND_ASSIGN(auto shadows, ShadowSet::Create(Window(3), options));
+  for (int t = 0; t < 8; ++t) {
+    const uint64_t slot = t;
+    StepResult result;
+    result.budget = 3;
+    if (t >= 3) result.evicted = {static_cast<uint64_t>(t - 3)};
+    shadows->Observe(Input(t, &slot), result);
+  }
+  const ShadowStats stats = shadows->Stats();
+  EXPECT_EQ(stats.reference_entries, 5);
+  EXPECT_EQ(stats.reference_bytes, 5 * 2 * 1 * 4 * 4);
+  EXPECT_TRUE(stats.reference_full);
+  EXPECT_EQ(stats.primary.recall.steps, 5);  // Steps 0-4.
+  EXPECT_EQ(stats.steps_observed, 8);
+}
+
+TEST_F(ShadowSetTest, ScoreEveryNScoresOneStepWithQueriesInN) {
+  ShadowOptions options;
+  options.score_every = 3;
+  ASSERT_OK_AND_ASSIGN(auto shadows, ShadowSet::Create(Window(100), options));
+  for (int t = 0; t < kSteps; ++t) {
+    const uint64_t slot = t;
+    StepResult result;
+    result.budget = 100;
+    // Odd steps carry no queries: never scored.
+    shadows->Observe(Input(t, &slot, /*with_queries=*/t % 2 == 0), result);
+  }
+  // 6 steps with queries; the 1st and 4th of them are scored.
+  EXPECT_EQ(shadows->Stats().primary.recall.steps, 2);
+}
+
+TEST_F(ShadowSetTest, AReusedSlotIdDoesNotCollideInAShadow) {
+  // The primary (budget 1) evicts slot 7 at once and the engine reuses it;
+  // the shadow (budget 4) still holds the first entry under its own id.
+  ShadowOptions options;
+  options.shadows = {Window(4)};
+  ASSERT_OK_AND_ASSIGN(auto shadows, ShadowSet::Create(Window(1), options));
+  ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend(BackendKind::kCpu));
+  ASSERT_OK_AND_ASSIGN(auto session, backend->CreateSession(Window(1), {}));
+  const uint64_t slots[] = {7, 8, 7, 8};
+  for (int t = 0; t < 4; ++t) {
+    const StepInput in = Input(t, &slots[t]);
+    StepResult result;
+    ASSERT_OK(session->Step(in, &result));
+    shadows->Observe(in, result);
+  }
+  const ShadowStats stats = shadows->Stats();
+  ASSERT_OK(stats.shadows[0].status);
+  EXPECT_EQ(stats.shadows[0].live, 4);
+  EXPECT_EQ(stats.primary.live, 1);
+}
+
+TEST_F(ShadowSetTest, AShadowThatCannotRunStopsWithoutTouchingThePrimary) {
+  SessionConfig needs_entropy = Window(2);
+  needs_entropy.budget_control = BudgetControl::kEntropy;
+  ShadowOptions options;
+  options.shadows = {needs_entropy};
+  ASSERT_OK_AND_ASSIGN(auto shadows, ShadowSet::Create(Window(2), options));
+  for (int t = 0; t < 3; ++t) {
+    const uint64_t slot = t;
+    StepResult result;
+    result.budget = 2;
+    shadows->Observe(Input(t, &slot), result);  // No entropy sent.
+  }
+  const ShadowStats stats = shadows->Stats();
+  EXPECT_EQ(stats.shadows[0].status.code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(stats.shadows[0].status.message(), HasSubstr("entropy"));
+  EXPECT_EQ(stats.shadows[0].recall.steps, 0);
+  EXPECT_EQ(stats.primary.recall.steps, 3);
+}
+
+TEST(ShadowOptionsTest, ABadShadowIsRefusedNamingTheField) {
+  const SessionConfig primary = Window(4);
+  ShadowOptions options;
+  options.shadows = {Window(4), Window(0)};
+  absl::StatusOr<std::unique_ptr<ShadowSet>> set =
+      ShadowSet::Create(primary, options);
+  EXPECT_EQ(set.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(set.status().message(), HasSubstr("shadows[1].budget"));
+
+  SessionConfig other_shape = Window(4);
+  other_shape.shape.head_dim = 8;
+  options.shadows = {other_shape};
+  set = ShadowSet::Create(primary, options);
+  EXPECT_THAT(set.status().message(), HasSubstr("shadows[0].shape"));
+
+  SessionConfig other_cadence = Window(4);
+  other_cadence.decide_every = 2;
+  options.shadows = {other_cadence};
+  set = ShadowSet::Create(primary, options);
+  EXPECT_THAT(set.status().message(), HasSubstr("shadows[0].decide_every"));
+
+  options.shadows.assign(5, Window(4));
+  set = ShadowSet::Create(primary, options);
+  EXPECT_THAT(set.status().message(), HasSubstr("shadows: 5 given, at most 4"));
+
+  options.shadows.clear();
+  options.max_reference_entries = 0;
+  set = ShadowSet::Create(primary, options);
+  EXPECT_THAT(set.status().message(), HasSubstr("max_reference_entries"));
+}
+
+}  // namespace
+}  // namespace entrokv
