@@ -43,18 +43,12 @@ absl::Status CudaSession::Step(const StepInput& input, StepResult* result,
         "session: its device state was lost to an earlier CUDA error (",
         broken_.message(), "); close it and open a new one"));
   }
-  const bool need_mean =
-      RankingNeedsMeanLogit(config_.ranking) || trace != nullptr;
-  // A kGroupSum query gives no per-head softmax: a trace's attention stays 0.
-  const bool need_attention =
-      RankingNeedsAttention(config_.ranking) ||
-      (trace != nullptr && config_.shape.query_form == QueryForm::kPerHead);
-  StepRules rules = BackendStepRules(config_);
-  rules.decode_queries = need_mean || need_attention;  // Else only checked.
-  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(config_, limits_,
-                                            counters_.last_step,
-                                            table_.live_slots(), live(), input,
-                                            &decoded_, rules));
+  const ScoreNeeds needs = StepScoreNeeds(config_, trace != nullptr);
+  const bool need_mean = needs.mean;
+  const bool need_attention = needs.attention;
+  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
+      config_, limits_, counters_.last_step, table_.live_slots(), live(), input,
+      &decoded_, BackendStepRules(config_, needs)));
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(

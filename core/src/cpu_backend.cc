@@ -244,16 +244,13 @@ void CpuSession::RemovePositions(std::vector<int32_t>* positions) {
 absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                               StepTrace* trace) {
   const Ranking ranking = config_.ranking;
-  const bool need_mean = RankingNeedsMeanLogit(ranking) || trace != nullptr;
-  // A kGroupSum query gives no per-head softmax: a trace's attention stays 0.
-  const bool need_attention =
-      RankingNeedsAttention(ranking) ||
-      (trace != nullptr && config_.shape.query_form == QueryForm::kPerHead);
-  StepRules rules = BackendStepRules(config_);
-  rules.decode_queries = need_mean || need_attention;  // Else only checked.
+  const ScoreNeeds needs = StepScoreNeeds(config_, trace != nullptr);
+  const bool need_mean = needs.mean;
+  const bool need_attention = needs.attention;
   absl::Status st = ValidateAndDecode(config_, limits_, counters_.last_step,
                                       table_.live_slots(), live(), input,
-                                      &decoded_, rules);
+                                      &decoded_,
+                                      BackendStepRules(config_, needs));
   if (!st.ok()) return st;
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {

@@ -317,7 +317,7 @@ absl::Status BlockSummaryLayer::Step(const StepInput& input, StepResult* result,
   ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
       config_, limits_, below_stats.last_step, live_slots_, live_tokens(),
       input, &decoded_,
-      {.consecutive = BackendStepRules(config_).consecutive,
+      {.consecutive = BackendStepRules(config_, {}).consecutive,
        .decision = true,
        .decode_queries = false}));
   const int64_t n = decoded_.appended;

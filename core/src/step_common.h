@@ -105,11 +105,34 @@ struct StepRules {
   bool decode_queries = true;
 };
 
+inline bool RankingNeedsMeanLogit(Ranking r) { return r == Ranking::kAffinity; }
+inline bool RankingNeedsAttention(Ranking r) {
+  return r == Ranking::kH2o || r == Ranking::kTova;
+}
+
+// What a backend's step computes: s_i (the mean logit) and a_i (the softmax
+// attention); a trace shows both (a kGroupSum query gives no per-head
+// softmax, so a trace's attention stays 0 under it).
+struct ScoreNeeds {
+  bool mean = false;
+  bool attention = false;
+  bool any() const { return mean || attention; }
+};
+inline ScoreNeeds StepScoreNeeds(const SessionConfig& config, bool traced) {
+  return {.mean = RankingNeedsMeanLogit(config.ranking) || traced,
+          .attention = RankingNeedsAttention(config.ranking) ||
+                       (traced && config.shape.query_form == QueryForm::kPerHead)};
+}
+
 // The rules a backend applies to the steps its session receives: a session
 // with decide_every > 1 is driven by its cadence layer, which has already
 // checked the numbering and passes on decision steps only.
-inline StepRules BackendStepRules(const SessionConfig& config) {
-  return {.consecutive = config.decide_every <= 1, .decision = true};
+// Queries are decoded only when the step scores with them (`needs`).
+inline StepRules BackendStepRules(const SessionConfig& config,
+                                  const ScoreNeeds& needs) {
+  return {.consecutive = config.decide_every <= 1,
+          .decision = true,
+          .decode_queries = needs.any()};
 }
 
 // Checks `input` against the session (docs/step-semantics.md section 1, all
@@ -189,11 +212,6 @@ void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
 int64_t H2oRecentFrom(double recent_fraction, int64_t budget,
                       absl::Span<const int64_t> live_index,
                       std::vector<int64_t>* scratch);
-
-inline bool RankingNeedsMeanLogit(Ranking r) { return r == Ranking::kAffinity; }
-inline bool RankingNeedsAttention(Ranking r) {
-  return r == Ranking::kH2o || r == Ranking::kTova;
-}
 
 }  // namespace entrokv::internal
 
