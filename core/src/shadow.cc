@@ -93,7 +93,6 @@ struct Shadow {
   absl::Status status;
   RecallSeries recall;
   double jaccard_sum = 0.0;
-  int64_t live = 0;
 };
 
 class ShadowSetImpl final : public ShadowSet {
@@ -124,7 +123,8 @@ class ShadowSetImpl final : public ShadowSet {
   // a_i over the reference for this step's queries.
   void Attention(const StepInput& input);
   double Recall(absl::Span<const uint64_t> virtual_ids) const;
-  double OracleRecall(int64_t budget) const;
+  // The recall of the top `budget` entries by a_i. Reorders attention_.
+  double OracleRecall(int64_t budget);
 
   const SessionConfig primary_;
   const ShadowOptions options_;
@@ -144,6 +144,8 @@ class ShadowSetImpl final : public ShadowSet {
   std::vector<float> queries_;
   std::vector<double> attention_;  // a_i, per reference entry.
   std::vector<double> row_;
+  std::vector<uint64_t> primary_ids_;             // Scratch, per scored step.
+  absl::flat_hash_set<uint64_t> primary_set_;     // Scratch, per scored step.
 };
 
 void ShadowSetImpl::Append(const StepInput& input) {
@@ -171,7 +173,6 @@ void ShadowSetImpl::StepShadows(const StepInput& input) {
   for (Shadow& s : shadows_) {
     if (!s.status.ok()) continue;
     s.status = s.state->Step(shadow_input, &result);
-    if (s.status.ok()) s.live = result.live;
   }
 }
 
@@ -223,14 +224,14 @@ double ShadowSetImpl::Recall(absl::Span<const uint64_t> virtual_ids) const {
   return r;
 }
 
-double ShadowSetImpl::OracleRecall(int64_t budget) const {
-  std::vector<double> sorted = attention_;
-  const size_t keep =
-      std::min(sorted.size(), static_cast<size_t>(std::max<int64_t>(0, budget)));
-  std::partial_sort(sorted.begin(), sorted.begin() + keep, sorted.end(),
-                    std::greater<double>());
+double ShadowSetImpl::OracleRecall(int64_t budget) {
+  const size_t keep = std::min(attention_.size(),
+                               static_cast<size_t>(std::max<int64_t>(0, budget)));
+  // A selection, not a sort: the top `keep` in any order.
+  std::nth_element(attention_.begin(), attention_.begin() + keep,
+                   attention_.end(), std::greater<double>());
   double r = 0.0;
-  for (size_t i = 0; i < keep; ++i) r += sorted[i];
+  for (size_t i = 0; i < keep; ++i) r += attention_[i];
   return r;
 }
 
@@ -254,20 +255,21 @@ void ShadowSetImpl::Observe(const StepInput& input, const StepResult& result) {
   if (steps_with_queries_++ % options_.score_every != 0) return;
 
   Attention(input);
-  std::vector<uint64_t> primary;
-  absl::flat_hash_set<uint64_t> primary_set;
+  primary_ids_.clear();
+  primary_set_.clear();
   for (const auto& [slot, v] : primary_live_) {
-    primary.push_back(v);
-    primary_set.insert(v);
+    primary_ids_.push_back(v);
+    primary_set_.insert(v);
   }
-  primary_recall_.Add(Recall(primary));
-  oracle_recall_.Add(OracleRecall(result.budget));
+  primary_recall_.Add(Recall(primary_ids_));
   for (Shadow& s : shadows_) {
     if (!s.status.ok()) continue;
     const std::vector<uint64_t> live = s.state->LiveSlots();
     s.recall.Add(Recall(live));
-    s.jaccard_sum += Jaccard(live, primary_set);
+    s.jaccard_sum += Jaccard(live, primary_set_);
   }
+  // Last: it reorders attention_, which the recalls above index.
+  oracle_recall_.Add(OracleRecall(result.budget));
 }
 
 ShadowStats ShadowSetImpl::Stats() const {
@@ -285,7 +287,7 @@ ShadowStats ShadowSetImpl::Stats() const {
     r.mean_jaccard = r.recall.steps > 0
                          ? s.jaccard_sum / static_cast<double>(r.recall.steps)
                          : 0.0;
-    r.live = s.live;
+    r.live = s.state->Stats().live;  // A failed step changed nothing.
     r.status = s.status;
     stats.shadows.push_back(std::move(r));
   }
