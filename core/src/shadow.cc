@@ -62,10 +62,48 @@ absl::Status ValidateOptions(const SessionConfig& primary,
   return absl::OkStatus();
 }
 
-// Recall values over the scored steps.
+}  // namespace
+
+absl::StatusOr<ShadowOptions> ResolveShadowOptions(
+    const SessionConfig& primary, const ShadowRequest& request,
+    const ShadowLimits& limits) {
+  if (request.score_every < 1) {
+    return Bad("score_every", absl::StrCat(request.score_every, " is below 1"));
+  }
+  if (request.max_reference_entries < 0) {
+    return Bad("max_reference_entries",
+               absl::StrCat(request.max_reference_entries, " is below 0"));
+  }
+  const int64_t entry_bytes =
+      primary.shape.key_elements() * static_cast<int64_t>(sizeof(float));
+  const int64_t most = limits.max_reference_bytes / entry_bytes;
+  if (most < 1) {
+    return Bad("max_reference_bytes",
+               absl::StrCat("the server's ", limits.max_reference_bytes,
+                            " bytes hold no key of this shape (", entry_bytes,
+                            " bytes each)"));
+  }
+  ShadowOptions options;
+  options.shadows = request.policies;
+  options.max_shadows = limits.max_shadows;
+  options.score_every = request.score_every;
+  options.max_reference_entries =
+      request.max_reference_entries == 0
+          ? most
+          : std::min(request.max_reference_entries, most);
+  return options;
+}
+
+namespace {
+
+// Recall values over the scored steps (at most max_reference_entries of
+// them: Observe stops scoring there).
 class RecallSeries {
  public:
   void Add(double r) { values_.push_back(r); }
+  int64_t bytes() const {
+    return static_cast<int64_t>(values_.capacity() * sizeof(double));
+  }
   RecallSummary Summary() const {
     RecallSummary s;
     s.steps = static_cast<int64_t>(values_.size());
@@ -98,8 +136,11 @@ struct Shadow {
 class ShadowSetImpl final : public ShadowSet {
  public:
   ShadowSetImpl(const SessionConfig& primary, const ShadowOptions& options,
-                std::unique_ptr<Backend> backend)
-      : primary_(primary), options_(options), backend_(std::move(backend)) {}
+                std::unique_ptr<Backend> own_backend, Backend* backend)
+      : primary_(primary),
+        options_(options),
+        own_backend_(std::move(own_backend)),
+        backend_(backend != nullptr ? backend : own_backend_.get()) {}
 
   absl::Status Init() {
     for (const SessionConfig& c : options_.shadows) {
@@ -114,8 +155,10 @@ class ShadowSetImpl final : public ShadowSet {
     return absl::OkStatus();
   }
 
-  void Observe(const StepInput& input, const StepResult& result) override;
+  bool Observe(const StepInput& input, const StepResult& result,
+               StepRecall* scored) override;
   ShadowStats Stats() const override;
+  int64_t bytes_held() const override;
 
  private:
   void Append(const StepInput& input);
@@ -128,7 +171,8 @@ class ShadowSetImpl final : public ShadowSet {
 
   const SessionConfig primary_;
   const ShadowOptions options_;
-  const std::unique_ptr<Backend> backend_;
+  const std::unique_ptr<Backend> own_backend_;  // Null with a given backend.
+  Backend* const backend_;
   std::vector<Shadow> shadows_;
 
   uint64_t next_virtual_ = 0;
@@ -138,6 +182,7 @@ class ShadowSetImpl final : public ShadowSet {
   bool reference_full_ = false;
   int64_t steps_observed_ = 0;
   int64_t steps_with_queries_ = 0;
+  int64_t steps_scored_ = 0;
   RecallSeries primary_recall_;
   RecallSeries oracle_recall_;
 
@@ -161,7 +206,16 @@ void ShadowSetImpl::Append(const StepInput& input) {
   }
   if (reference_full_) return;
   const size_t old = reference_.size();
-  reference_.resize(old + static_cast<size_t>(n * ke));
+  const size_t needed = old + static_cast<size_t>(n * ke);
+  if (needed > reference_.capacity()) {
+    // Doubling, but never past the cap: the bytes held stay within
+    // max_reference_entries keys.
+    const size_t most =
+        static_cast<size_t>(options_.max_reference_entries * ke);
+    reference_.reserve(std::min(most, std::max(needed,
+                                               2 * reference_.capacity())));
+  }
+  reference_.resize(needed);
   DecodeElements(primary_.shape.element_type, input.append.keys.data(),
                  static_cast<size_t>(n * ke), reference_.data() + old);
 }
@@ -243,7 +297,8 @@ double Jaccard(const std::vector<uint64_t>& a,
   return either == 0 ? 1.0 : static_cast<double>(both) / either;
 }
 
-void ShadowSetImpl::Observe(const StepInput& input, const StepResult& result) {
+bool ShadowSetImpl::Observe(const StepInput& input, const StepResult& result,
+                            StepRecall* scored) {
   ++steps_observed_;
   Append(input);
   for (size_t e = 0; e < step_virtual_.size(); ++e) {
@@ -251,8 +306,12 @@ void ShadowSetImpl::Observe(const StepInput& input, const StepResult& result) {
   }
   for (uint64_t slot : result.evicted) primary_live_.erase(slot);
   StepShadows(input);
-  if (input.queries.empty() || reference_full_ || reference_.empty()) return;
-  if (steps_with_queries_++ % options_.score_every != 0) return;
+  if (steps_scored_ == options_.max_reference_entries) reference_full_ = true;
+  if (input.queries.empty() || reference_full_ || reference_.empty()) {
+    return false;
+  }
+  if (steps_with_queries_++ % options_.score_every != 0) return false;
+  ++steps_scored_;
 
   Attention(input);
   primary_ids_.clear();
@@ -261,15 +320,41 @@ void ShadowSetImpl::Observe(const StepInput& input, const StepResult& result) {
     primary_ids_.push_back(v);
     primary_set_.insert(v);
   }
-  primary_recall_.Add(Recall(primary_ids_));
+  const double primary = Recall(primary_ids_);
+  primary_recall_.Add(primary);
+  if (scored != nullptr) {
+    scored->primary = primary;
+    scored->shadows.clear();
+  }
   for (Shadow& s : shadows_) {
-    if (!s.status.ok()) continue;
-    const std::vector<uint64_t> live = s.state->LiveSlots();
-    s.recall.Add(Recall(live));
-    s.jaccard_sum += Jaccard(live, primary_set_);
+    double recall = std::numeric_limits<double>::quiet_NaN();
+    if (s.status.ok()) {
+      const std::vector<uint64_t> live = s.state->LiveSlots();
+      recall = Recall(live);
+      s.recall.Add(recall);
+      s.jaccard_sum += Jaccard(live, primary_set_);
+    }
+    if (scored != nullptr) scored->shadows.push_back(recall);
   }
   // Last: it reorders attention_, which the recalls above index.
-  oracle_recall_.Add(OracleRecall(result.budget));
+  const double oracle = OracleRecall(result.budget);
+  oracle_recall_.Add(oracle);
+  if (scored != nullptr) scored->oracle = oracle;
+  return true;
+}
+
+int64_t ShadowSetImpl::bytes_held() const {
+  // The reference, the per-entry scratch of Attention() and the recall
+  // series.
+  int64_t bytes =
+      static_cast<int64_t>(reference_.capacity() * sizeof(float) +
+                           (attention_.capacity() + row_.capacity()) *
+                               sizeof(double) +
+                           queries_.capacity() * sizeof(float));
+  bytes += primary_recall_.bytes() + oracle_recall_.bytes();
+  for (const Shadow& s : shadows_) bytes += s.recall.bytes();
+  for (const Shadow& s : shadows_) bytes += s.state->Stats().bytes_held;
+  return bytes;
 }
 
 ShadowStats ShadowSetImpl::Stats() const {
@@ -294,22 +379,29 @@ ShadowStats ShadowSetImpl::Stats() const {
   const int64_t ke = primary_.shape.key_elements();
   stats.reference_entries = static_cast<int64_t>(reference_.size()) / ke;
   stats.reference_bytes =
-      static_cast<int64_t>(reference_.size() * sizeof(float));
+      static_cast<int64_t>(reference_.capacity() * sizeof(float));
+  stats.reference_capacity = options_.max_reference_entries;
   stats.reference_full = reference_full_;
   stats.steps_observed = steps_observed_;
+  stats.score_every = options_.score_every;
   return stats;
 }
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<ShadowSet>> ShadowSet::Create(
-    const SessionConfig& primary, const ShadowOptions& options) {
+    const SessionConfig& primary, const ShadowOptions& options,
+    Backend* backend) {
   if (absl::Status st = ValidateOptions(primary, options); !st.ok()) return st;
-  absl::StatusOr<std::unique_ptr<Backend>> backend =
-      CreateBackend(BackendKind::kCpu);
-  if (!backend.ok()) return backend.status();
-  auto set = std::make_unique<ShadowSetImpl>(primary, options,
-                                             *std::move(backend));
+  std::unique_ptr<Backend> own;
+  if (backend == nullptr) {
+    absl::StatusOr<std::unique_ptr<Backend>> created =
+        CreateBackend(BackendKind::kCpu);
+    if (!created.ok()) return created.status();
+    own = *std::move(created);
+  }
+  auto set = std::make_unique<ShadowSetImpl>(primary, options, std::move(own),
+                                             backend);
   if (absl::Status st = set->Init(); !st.ok()) return st;
   return set;
 }

@@ -124,10 +124,14 @@ TEST_F(ShadowSetTest, RecallAndJaccardMatchAnIndependentComputation) {
     const StepInput in = Input(t, &slot);
     StepResult result;
     ASSERT_OK(session->Step(in, &result));
-    shadows->Observe(in, result);
+    StepRecall scored;
+    ASSERT_TRUE(shadows->Observe(in, result, &scored));
     // window keeps the newest `budget` entries.
     want_primary.push_back(ExpectedRecall(t, [&](int i) { return i > t - 3; }));
     want_shadow.push_back(ExpectedRecall(t, [&](int i) { return i > t - 2; }));
+    EXPECT_NEAR(scored.primary, want_primary.back(), 1e-9) << t;
+    ASSERT_EQ(scored.shadows.size(), 1u);
+    EXPECT_NEAR(scored.shadows[0], want_shadow.back(), 1e-9) << t;
     // The oracle: the 3 entries of the largest single-entry recall.
     std::vector<double> each;
     for (int i = 0; i <= t; ++i) {
@@ -137,6 +141,7 @@ TEST_F(ShadowSetTest, RecallAndJaccardMatchAnIndependentComputation) {
     double top = 0;
     for (int i = 0; i < std::min(3, t + 1); ++i) top += each[i];
     want_oracle.push_back(top);
+    EXPECT_NEAR(scored.oracle, top, 1e-9) << t;
   }
   const ShadowStats stats = shadows->Stats();
   ExpectSummary(stats.primary.recall, Summarize(want_primary));
@@ -194,6 +199,33 @@ TEST_F(ShadowSetTest, TheReferenceCapIsEnforcedAndEndsScoring) {
   EXPECT_TRUE(stats.reference_full);
   EXPECT_EQ(stats.primary.recall.steps, 5);  // Steps 0-4.
   EXPECT_EQ(stats.steps_observed, 8);
+  EXPECT_EQ(stats.reference_capacity, 5);
+  // The reference never grew past its cap while doubling, and the rest
+  // (scratch, recall series) is small beside it.
+  EXPECT_GE(shadows->bytes_held(), stats.reference_bytes);
+  EXPECT_LE(shadows->bytes_held(), stats.reference_bytes + 5 * 2 * 8 + 64 +
+                                       3 * 8 * 8);
+}
+
+TEST_F(ShadowSetTest, ScoringEndsAfterAsManyStepsAsTheReferenceHolds) {
+  ShadowOptions options;
+  options.max_reference_entries = 4;
+  ASSERT_OK_AND_ASSIGN(auto shadows, ShadowSet::Create(Window(3), options));
+  const uint64_t slot = 7;
+  StepResult result;
+  result.budget = 3;
+  shadows->Observe(Input(0, &slot), result);
+  // Steps that append nothing: the reference stays at 1 entry, and scoring
+  // stops after 4 of them (the bound on the recall series).
+  for (int t = 1; t < 9; ++t) {
+    StepInput in = Input(t, &slot);
+    in.append = {};
+    shadows->Observe(in, result);
+  }
+  const ShadowStats stats = shadows->Stats();
+  EXPECT_EQ(stats.reference_entries, 1);
+  EXPECT_EQ(stats.primary.recall.steps, 4);
+  EXPECT_TRUE(stats.reference_full);
 }
 
 TEST_F(ShadowSetTest, ScoreEveryNScoresOneStepWithQueriesInN) {
@@ -281,6 +313,40 @@ TEST(ShadowOptionsTest, ABadShadowIsRefusedNamingTheField) {
   options.max_reference_entries = 0;
   set = ShadowSet::Create(primary, options);
   EXPECT_THAT(set.status().message(), HasSubstr("max_reference_entries"));
+}
+
+TEST(ShadowOptionsTest, TheServersByteCapBoundsTheReference) {
+  const SessionConfig primary = Window(4);  // 8 floats, 32 bytes a key.
+  ShadowRequest request;
+  request.policies = {Window(2)};
+  request.score_every = 3;
+  ShadowLimits limits;
+  limits.max_shadows = 2;
+  limits.max_reference_bytes = 32 * 100 + 31;
+  ASSERT_OK_AND_ASSIGN(ShadowOptions o,
+                       ResolveShadowOptions(primary, request, limits));
+  EXPECT_EQ(o.max_reference_entries, 100);  // 0 asks for all there is.
+  EXPECT_EQ(o.max_shadows, 2);
+  EXPECT_EQ(o.score_every, 3);
+  EXPECT_EQ(o.shadows.size(), 1u);
+  request.max_reference_entries = 40;
+  ASSERT_OK_AND_ASSIGN(o, ResolveShadowOptions(primary, request, limits));
+  EXPECT_EQ(o.max_reference_entries, 40);
+  request.max_reference_entries = 1000;
+  ASSERT_OK_AND_ASSIGN(o, ResolveShadowOptions(primary, request, limits));
+  EXPECT_EQ(o.max_reference_entries, 100);
+
+  limits.max_reference_bytes = 31;
+  EXPECT_THAT(ResolveShadowOptions(primary, request, limits).status().message(),
+              HasSubstr("max_reference_bytes"));
+  limits.max_reference_bytes = 1 << 20;
+  request.score_every = 0;
+  EXPECT_THAT(ResolveShadowOptions(primary, request, limits).status().message(),
+              HasSubstr("score_every: 0"));
+  request.score_every = 1;
+  request.max_reference_entries = -1;
+  EXPECT_THAT(ResolveShadowOptions(primary, request, limits).status().message(),
+              HasSubstr("max_reference_entries: -1"));
 }
 
 }  // namespace

@@ -32,10 +32,32 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "entrokv/core/backend.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/session.h"
 
 namespace entrokv {
+
+// What a session asks for: the wire's CreateSessionRequest.shadowing, the
+// clients' SessionOptions::shadowing. The server turns it into ShadowOptions
+// under its ShadowLimits (ResolveShadowOptions below).
+struct ShadowRequest {
+  // The shadow policies, as SessionOptions for the primary would give them.
+  // The server fills in what they must share with the primary (shape,
+  // decide_every, hard_ceiling; see ResolveShadowOptions).
+  std::vector<SessionConfig> policies;
+  int32_t score_every = 1;             // >= 1.
+  int64_t max_reference_entries = 0;   // 0: as many as the server allows.
+
+  bool empty() const { return policies.empty(); }
+};
+
+// A server's bounds on shadowing, per session.
+struct ShadowLimits {
+  int32_t max_shadows = 4;
+  // The reference's bytes (key_elements() floats per entry).
+  int64_t max_reference_bytes = int64_t{256} << 20;
+};
 
 struct ShadowOptions {
   // The shadow policies: each must pass ValidateSessionConfig, and have the
@@ -45,6 +67,24 @@ struct ShadowOptions {
   int32_t max_shadows = 4;                        // The server's limit.
   int64_t max_reference_entries = int64_t{1} << 16;  // >= 1.
   int32_t score_every = 1;  // Score one step with queries in every N (>= 1).
+};
+
+// ShadowOptions for `request` on a session of `primary` under `limits`:
+// max_shadows from the limits; max_reference_entries the request's, or the
+// most that max_reference_bytes holds when the request asks for more or for
+// 0. Errors: InvalidArgument naming the field ("score_every: ...",
+// "max_reference_entries: ...", "max_reference_bytes: ... holds no key of
+// this shape").
+absl::StatusOr<ShadowOptions> ResolveShadowOptions(
+    const SessionConfig& primary, const ShadowRequest& request,
+    const ShadowLimits& limits);
+
+// One scored step's attention recall (Observe's out-parameter).
+struct StepRecall {
+  double primary = 0.0;
+  double oracle = 0.0;
+  // Per shadow, in ShadowOptions::shadows order; NaN for one that stopped.
+  std::vector<double> shadows;
 };
 
 // Attention recall over the scored steps.
@@ -73,22 +113,37 @@ struct ShadowStats {
   std::vector<PolicyReport> shadows;
   int64_t reference_entries = 0;
   int64_t reference_bytes = 0;
-  bool reference_full = false;  // Steps after this are not scored.
+  int64_t reference_capacity = 0;  // ShadowOptions::max_reference_entries.
+  // Steps after this are not scored: the reference was full, or as many
+  // steps as it holds entries were scored (what bounds the recall series).
+  bool reference_full = false;
   int64_t steps_observed = 0;
+  int32_t score_every = 1;
 };
 
 class ShadowSet {
  public:
   // Errors: InvalidArgument naming the field ("shadows[1].budget: ...",
   // "shadows: 5 given, at most 4", "max_reference_entries: ...").
+  // The shadows' sessions are created on `backend` (a CPU backend: the
+  // server passes its own, so that they count toward its bytes), or on a
+  // CPU backend of the set's own when null. REQUIRES: `backend` outlives
+  // the set.
   static absl::StatusOr<std::unique_ptr<ShadowSet>> Create(
-      const SessionConfig& primary, const ShadowOptions& options);
+      const SessionConfig& primary, const ShadowOptions& options,
+      Backend* backend = nullptr);
 
   virtual ~ShadowSet() = default;
 
   // One step the primary accepted: `input` as it was given, `result` as the
-  // primary answered it.
-  virtual void Observe(const StepInput& input, const StepResult& result) = 0;
+  // primary answered it. Returns whether the step was scored, and then
+  // fills `scored` when it is not null.
+  virtual bool Observe(const StepInput& input, const StepResult& result,
+                       StepRecall* scored = nullptr) = 0;
+
+  // The bytes the set holds: the reference, and the shadows' own states
+  // (which also count in their backend's bytes_held).
+  virtual int64_t bytes_held() const = 0;
 
   virtual ShadowStats Stats() const = 0;
 };
