@@ -49,6 +49,13 @@ ABSL_FLAG(int64_t, max_steps_per_message, 1024,
 ABSL_FLAG(int64_t, max_steps_per_session_per_message, 16,
           "Most steps of one session in one Decode message; past it each of "
           "that session's steps is answered RESOURCE_EXHAUSTED, none run");
+ABSL_FLAG(int32_t, max_shadows, 4,
+          "Shadow policies a session may carry (0: shadowing is off); "
+          "docs/choosing-a-policy.md");
+ABSL_FLAG(int64_t, max_shadow_reference_bytes, int64_t{64} << 20,
+          "Bytes of keys one session's shadowing may keep to score against");
+ABSL_FLAG(int64_t, max_shadow_bytes, int64_t{1} << 30,
+          "Bytes all sessions' shadowing may reserve together (0: unlimited)");
 ABSL_FLAG(bool, enable_echo, false,
           "Serve the Echo RPC (entrokv-loadgen's transport baseline); off, "
           "Echo ends UNIMPLEMENTED");
@@ -138,7 +145,8 @@ int main(int argc, char** argv) {
             {"max_sessions", "max_live_entries", "max_bytes", "max_gpu_bytes",
              "max_streams", "max_message_bytes", "max_steps_per_message",
              "max_steps_per_session_per_message", "max_echo_bytes",
-             "grpc_memory_bytes", "grpc_max_threads"}},
+             "grpc_memory_bytes", "grpc_max_threads", "max_shadows",
+             "max_shadow_reference_bytes", "max_shadow_bytes"}},
            {"Lifetimes", {"idle_timeout", "drain_timeout"}},
            {"Backend", {"gpu", "gpu_device"}},
            {"Logging", {"log_level", "log_format"}},
@@ -177,6 +185,10 @@ int main(int argc, char** argv) {
   options.max_steps_per_message = absl::GetFlag(FLAGS_max_steps_per_message);
   options.max_steps_per_session_per_message =
       absl::GetFlag(FLAGS_max_steps_per_session_per_message);
+  options.max_shadows = absl::GetFlag(FLAGS_max_shadows);
+  options.max_shadow_reference_bytes =
+      absl::GetFlag(FLAGS_max_shadow_reference_bytes);
+  options.max_shadow_bytes = absl::GetFlag(FLAGS_max_shadow_bytes);
   options.enable_echo = absl::GetFlag(FLAGS_enable_echo);
   options.max_echo_bytes = absl::GetFlag(FLAGS_max_echo_bytes);
   options.grpc_memory_bytes = absl::GetFlag(FLAGS_grpc_memory_bytes);

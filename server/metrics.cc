@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <atomic>
 #include <chrono>
 #include <cstring>
@@ -106,7 +107,7 @@ DurationHistogram::Snapshot DurationHistogram::Read() const {
 
 void AppendHistogramSamples(std::string* out, absl::string_view name,
                             absl::string_view labels,
-                            const DurationHistogram& histogram) {
+                            const DurationHistogram& histogram, double unit) {
   const DurationHistogram::Snapshot snapshot = histogram.Read();
   const absl::Span<const int64_t> bounds = histogram.bounds_ns();
   const absl::string_view comma = labels.empty() ? "" : ",";
@@ -114,7 +115,7 @@ void AppendHistogramSamples(std::string* out, absl::string_view name,
   for (size_t i = 0; i < snapshot.counts.size(); ++i) {
     cumulative += snapshot.counts[i];
     const std::string le = i < bounds.size()
-                               ? absl::StrFormat("%g", bounds[i] / 1e9)
+                               ? absl::StrFormat("%g", bounds[i] / unit)
                                : std::string("+Inf");
     absl::StrAppend(out, name, "_bucket{", labels, comma, "le=\"", le, "\"} ",
                     cumulative, "\n");
@@ -122,7 +123,7 @@ void AppendHistogramSamples(std::string* out, absl::string_view name,
   const absl::string_view open = labels.empty() ? "" : "{";
   const absl::string_view close = labels.empty() ? "" : "}";
   absl::StrAppend(out, name, "_sum", open, labels, close, " ",
-                  absl::StrFormat("%.9f", snapshot.sum_ns / 1e9), "\n");
+                  absl::StrFormat("%.9f", snapshot.sum_ns / unit), "\n");
   absl::StrAppend(out, name, "_count", open, labels, close, " ", cumulative,
                   "\n");
 }
@@ -173,6 +174,25 @@ void ServerMetrics::Rejected(absl::string_view method,
 
 void ServerMetrics::DrainStarted() {
   if (!draining_.exchange(true)) drains_.fetch_add(1);
+}
+
+DurationHistogram* ServerMetrics::RecallHistogram(absl::string_view role,
+                                                  absl::string_view policy) {
+  absl::MutexLock lock(&mu_);
+  auto key = std::make_pair(std::string(role), std::string(policy));
+  auto it = recall_.find(key);
+  if (it != recall_.end()) return it->second.get();
+  if (recall_.size() >= kMaxRecallSeries) return nullptr;
+  auto histogram = std::make_unique<DurationHistogram>(kRecallBoundsPpm);
+  DurationHistogram* out = histogram.get();
+  recall_.emplace(std::move(key), std::move(histogram));
+  return out;
+}
+
+void ServerMetrics::ObserveRecall(DurationHistogram* histogram,
+                                  double recall) {
+  if (histogram == nullptr || !(recall >= 0.0)) return;  // NaN too.
+  histogram->Observe(std::llround(std::min(recall, 1.0) * 1e6));
 }
 
 std::string ServerMetrics::RenderText(const ServerGauges& gauges) const {
@@ -229,6 +249,38 @@ std::string ServerMetrics::RenderText(const ServerGauges& gauges) const {
                         "\",field=\"", EscapePrometheusLabel(field), "\""),
            count);
   }
+
+  Header(&out, "entrokv_attention_recall", "histogram",
+         "Attention recall of each scored step of the sessions that carry "
+         "shadow policies: the share of the step's attention mass that the "
+         "live set holds, by role (session: the session's own policy; "
+         "shadow; oracle: the top-B entries by the step's own attention) "
+         "and canonical policy name.");
+  {
+    std::vector<std::pair<std::pair<std::string, std::string>,
+                          const DurationHistogram*>>
+        recall;
+    {
+      absl::MutexLock lock(&mu_);
+      for (const auto& [key, histogram] : recall_) {
+        recall.emplace_back(key, histogram.get());
+      }
+    }
+    std::sort(recall.begin(), recall.end());
+    for (const auto& [key, histogram] : recall) {
+      AppendHistogramSamples(
+          &out, "entrokv_attention_recall",
+          absl::StrCat("role=\"", EscapePrometheusLabel(key.first),
+                       "\",policy=\"", EscapePrometheusLabel(key.second), "\""),
+          *histogram, 1e6);
+    }
+  }
+  Metric(&out, "entrokv_shadow_bytes_reserved", "gauge",
+         "Bytes the open sessions' shadowing has reserved against "
+         "--max_shadow_bytes.",
+         gauges.shadow_bytes_reserved);
+  Metric(&out, "entrokv_max_shadow_bytes", "gauge",
+         "--max_shadow_bytes (0: unlimited).", gauges.max_shadow_bytes);
 
   Metric(&out, "entrokv_streams_open", "gauge",
          "Decode and Echo streams open now.", gauges.streams_open);

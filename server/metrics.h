@@ -89,12 +89,22 @@ class DurationHistogram {
   std::atomic<int64_t> sum_ns_{0};
 };
 
-// Appends the _bucket, _sum and _count samples of `histogram` (in seconds)
-// under `name`, each with `labels` (`key="value",...`, may be empty) before
-// its "le". The caller writes the HELP and TYPE lines.
+// Upper bounds of entrokv_attention_recall's buckets, in millionths (a
+// DurationHistogram counts integers; AppendHistogramSamples divides by
+// `unit`): dense above 0.9, where policies worth comparing fall.
+inline constexpr int64_t kRecallBoundsPpm[] = {
+    500'000, 600'000, 700'000, 750'000, 800'000, 850'000, 900'000,
+    925'000, 950'000, 960'000, 970'000, 980'000, 990'000, 995'000,
+    999'000, 1'000'000};
+
+// Appends the _bucket, _sum and _count samples of `histogram` under `name`,
+// each with `labels` (`key="value",...`, may be empty) before its "le";
+// bounds and sum are divided by `unit` (1e9: nanoseconds as seconds). The
+// caller writes the HELP and TYPE lines.
 void AppendHistogramSamples(std::string* out, absl::string_view name,
                             absl::string_view labels,
-                            const DurationHistogram& histogram);
+                            const DurationHistogram& histogram,
+                            double unit = 1e9);
 
 // Levels read at scrape time (see the file comment). Limits of 0 mean
 // unlimited, as the server flags that set them.
@@ -113,6 +123,8 @@ struct ServerGauges {
   int64_t max_cpu_bytes = 0;
   int64_t max_gpu_bytes = 0;
   int64_t max_streams = 0;
+  int64_t shadow_bytes_reserved = 0;
+  int64_t max_shadow_bytes = 0;
 };
 
 class ServerMetrics {
@@ -137,6 +149,19 @@ class ServerMetrics {
   // Shutdown() began: the server drains.
   void DrainStarted();
 
+  // Series of entrokv_attention_recall kept: (role, policy) pairs number
+  // 3 roles x 14 policies at most (docs/observability.md); past this bound
+  // (which they cannot reach) RecallHistogram() returns null.
+  static constexpr size_t kMaxRecallSeries = 64;
+  // The recall histogram of `role` ("session", "shadow" or "oracle") and
+  // `policy` (a canonical name, "oracle" for the oracle), made on first use
+  // and kept for the server's life. Takes a mutex: callers keep the pointer.
+  DurationHistogram* RecallHistogram(absl::string_view role,
+                                     absl::string_view policy);
+  // One scored step's recall in [0, 1] (a NaN, a stopped shadow's, or a null
+  // histogram: nothing).
+  static void ObserveRecall(DurationHistogram* histogram, double recall);
+
   int64_t steps() const { return steps_.load(std::memory_order_relaxed); }
 
   // Every metric, in the text exposition format.
@@ -154,6 +179,10 @@ class ServerMetrics {
   using RejectedKey = std::tuple<std::string, std::string, std::string>;
   mutable absl::Mutex mu_;
   absl::flat_hash_map<RejectedKey, int64_t> rejected_ ABSL_GUARDED_BY(mu_);
+  // (role, policy) -> histogram; never erased, so pointers stay valid.
+  absl::flat_hash_map<std::pair<std::string, std::string>,
+                      std::unique_ptr<DurationHistogram>>
+      recall_ ABSL_GUARDED_BY(mu_);
 };
 
 // The field a status message names: the text before its first ": " when

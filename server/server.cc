@@ -118,6 +118,16 @@ absl::Status ValidateOptions(const ServerOptions& options) {
   if (options.max_echo_bytes < 0) {
     return absl::InvalidArgumentError("max_echo_bytes: negative");
   }
+  if (options.max_shadows < 0) {
+    return absl::InvalidArgumentError("max_shadows: negative");
+  }
+  if (options.max_shadow_reference_bytes <= 0) {
+    return absl::InvalidArgumentError(
+        "max_shadow_reference_bytes: must be >= 1");
+  }
+  if (options.max_shadow_bytes < 0) {
+    return absl::InvalidArgumentError("max_shadow_bytes: negative");
+  }
   if (options.grpc_memory_bytes < 0 ||
       (options.grpc_memory_bytes > 0 &&
        options.grpc_memory_bytes < 2 * options.max_message_bytes)) {
@@ -343,6 +353,10 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   registry_options.max_sessions = options.max_sessions;
   registry_options.max_live_entries = options.max_live_entries;
   registry_options.idle_timeout = options.idle_timeout;
+  registry_options.shadow_limits.max_shadows = options.max_shadows;
+  registry_options.shadow_limits.max_reference_bytes =
+      options.max_shadow_reference_bytes;
+  registry_options.max_shadow_bytes = options.max_shadow_bytes;
   server->registry_ = std::make_unique<SessionRegistry>(
       registry_options, server->cpu_.get(), server->gpu_.get());
   ServiceLimits limits;
@@ -509,7 +523,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       "max_live_entries {}, max_bytes {}, max_gpu_bytes {}, "
       "max_message_bytes {}, max_streams {}, max_steps_per_message {}, "
       "max_steps_per_session_per_message {}, echo {}, grpc_memory_bytes {}, "
-      "grpc_max_threads {}, idle_timeout {}",
+      "grpc_max_threads {}, idle_timeout {}, max_shadows {} "
+      "(max_shadow_reference_bytes {}, max_shadow_bytes {})",
       listening, server->DescribeBackends(), options.max_sessions,
       options.max_live_entries, options.max_bytes, options.max_gpu_bytes,
       options.max_message_bytes, options.max_streams,
@@ -518,7 +533,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
           ? absl::StrCat("on (max_echo_bytes ", options.max_echo_bytes, ")")
           : std::string("off"),
       GrpcMemoryBytes(options), options.grpc_max_threads,
-      absl::FormatDuration(options.idle_timeout));
+      absl::FormatDuration(options.idle_timeout), options.max_shadows,
+      options.max_shadow_reference_bytes, options.max_shadow_bytes);
   return server;
 }
 
@@ -544,6 +560,8 @@ std::string Server::MetricsText() const {
   gauges.max_cpu_bytes = options_.max_bytes;
   gauges.max_gpu_bytes = options_.max_gpu_bytes;
   gauges.max_streams = options_.max_streams;
+  gauges.shadow_bytes_reserved = registry_->shadow_bytes_reserved();
+  gauges.max_shadow_bytes = options_.max_shadow_bytes;
   std::string text = metrics_.RenderText(gauges);
   if (grpc_metrics_ != nullptr) grpc_metrics_->AppendText(&text);
   AppendProcessMetrics(&text);

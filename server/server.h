@@ -66,6 +66,11 @@ struct ServerOptions {
   int64_t max_steps_per_message = 1024;
   // Steps of one session in one DecodeRequest.
   int64_t max_steps_per_session_per_message = 16;
+  // Shadow policies (proto's Shadowing): per session, and the bytes one
+  // session's reference and all sessions' shadowing may take.
+  int32_t max_shadows = 4;  // 0: shadowing is off.
+  int64_t max_shadow_reference_bytes = int64_t{64} << 20;
+  int64_t max_shadow_bytes = int64_t{1} << 30;  // 0: unlimited.
   bool enable_echo = false;          // The load-test baseline RPC.
   int64_t max_echo_bytes = 1 << 20;  // Largest Echo reply; 0: unlimited.
   // gRPC's ResourceQuota: memory for its buffers (0: the larger of 1 GiB and

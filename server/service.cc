@@ -20,6 +20,7 @@
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_reader.h"
 #include "proto/convert/config_convert.h"
+#include "proto/convert/shadow_convert.h"
 #include "server/log_format.h"
 #include "server/status_conversion.h"
 #include "server/step_input.h"
@@ -45,6 +46,9 @@ void FillInfo(const SessionSnapshot& snapshot, v1::SessionInfo* out) {
   ToProto(snapshot.stats, out->mutable_stats());
   out->set_attached(snapshot.attached);
   out->set_idle_ms(absl::ToInt64Milliseconds(snapshot.idle));
+  if (snapshot.shadows.has_value()) {
+    ToProto(*snapshot.shadows, out->mutable_shadows());
+  }
 }
 
 absl::Status RequireSessionId(const std::string& id) {
@@ -188,6 +192,9 @@ class DecodeReactor final
   }
 
   void OnWriteDone(bool ok) override {
+    // The reply is out: the shadows' work for its steps runs now, before the
+    // next message is read.
+    RunShadows();
     if (!ok) {
       DetachAll();
       Finish(ToGrpcStatus(absl::CancelledError("decode stream broken")));
@@ -210,8 +217,57 @@ class DecodeReactor final
     absl::Status refused;  // Not OK: why none of its steps may run.
   };
 
+  // A step whose shadows have yet to see it: its session, the step (viewing
+  // `request_`) and the session's answer.
+  struct ShadowWork {
+    std::shared_ptr<SessionEntry> entry;
+    int step_index = 0;
+    std::vector<uint64_t> evicted;
+    int64_t budget = 0;
+  };
+
+  // Runs the shadows' work of the steps answered since the last call, in
+  // order, and publishes their stats. Called once a reply is written, and
+  // before a session is let go (so that no other stream steps it first).
+  void RunShadows() {
+    for (ShadowWork& work : shadow_work_) {
+      EntryShadows& shadows = *work.entry->shadows();
+      StepInput input;
+      if (!ToStepInput(request_.steps(work.step_index), &input).ok()) continue;
+      StepResult answered;
+      answered.evicted = std::move(work.evicted);
+      answered.budget = work.budget;
+      if (shadows.set->Observe(input, answered, &step_recall_)) {
+        if (shadows.recall.empty()) {
+          shadows.recall = RecallHistograms(*work.entry);
+        }
+        metrics_->ObserveRecall(shadows.recall[0], step_recall_.primary);
+        metrics_->ObserveRecall(shadows.recall[1], step_recall_.oracle);
+        for (size_t i = 0; i < step_recall_.shadows.size(); ++i) {
+          metrics_->ObserveRecall(shadows.recall[2 + i],
+                                  step_recall_.shadows[i]);
+        }
+      }
+      work.entry->PublishShadowStats();
+    }
+    shadow_work_.clear();
+  }
+
+  // The session's, the oracle's and each shadow's recall histogram.
+  std::vector<DurationHistogram*> RecallHistograms(SessionEntry& entry) {
+    const ShadowStats stats = entry.shadows()->set->Stats();
+    std::vector<DurationHistogram*> out;
+    out.push_back(metrics_->RecallHistogram("session", stats.primary.policy));
+    out.push_back(metrics_->RecallHistogram("oracle", "oracle"));
+    for (const PolicyReport& r : stats.shadows) {
+      out.push_back(metrics_->RecallHistogram("shadow", r.policy));
+    }
+    return out;
+  }
+
   // Lets go of every session; returns the ids of those still open.
   std::vector<std::string> DetachAll() {
+    RunShadows();
     std::vector<std::string> ids;
     for (auto& [id, entry] : attached_) {
       if (!entry->closed()) ids.push_back(id);
@@ -305,7 +361,7 @@ class DecodeReactor final
       result->set_step(step.step());
       const SessionInMessage& session = in_message_[step.session_id()];
       const absl::Status status =
-          session.refused.ok() ? RunStep(step, result) : session.refused;
+          session.refused.ok() ? RunStep(step, i, result) : session.refused;
       if (!status.ok()) {
         result->clear_evicted();
         result->clear_live();
@@ -383,6 +439,7 @@ class DecodeReactor final
     if (absl::Status status = RequireSessionId(id); !status.ok()) return status;
     auto it = attached_.find(id);
     if (it == attached_.end()) return NotHeld(id, "");
+    RunShadows();  // Before another stream may step it.
     const bool closed = it->second->closed();
     registry_->Detach(*it->second, this);
     attached_.erase(it);
@@ -394,7 +451,7 @@ class DecodeReactor final
   }
 
   // REQUIRES: the step's session is in `attached_` (SortStepsBySession()).
-  absl::Status RunStep(const v1::SessionStep& step,
+  absl::Status RunStep(const v1::SessionStep& step, int step_index,
                        v1::SessionStepResult* out) {
     auto it = attached_.find(step.session_id());
     if (it == attached_.end()) {
@@ -420,6 +477,10 @@ class DecodeReactor final
     const auto end = std::chrono::steady_clock::now();
     if (!status.ok()) return status;
     entry.PublishStats();
+    if (entry.shadows() != nullptr) {
+      shadow_work_.push_back(
+          {it->second, step_index, result_.evicted, result_.budget});
+    }
     ++steps_;
     metrics_->StepDone(
         std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
@@ -448,6 +509,9 @@ class DecodeReactor final
   v1::DecodeRequest request_;
   v1::DecodeResponse response_;
   StepResult result_;  // Reused across steps.
+  // Steps of the message in `request_` whose shadows have yet to run.
+  std::vector<ShadowWork> shadow_work_;
+  StepRecall step_recall_;  // Reused.
   int64_t steps_ = 0;
   int64_t messages_ = 0;
   absl::flat_hash_map<std::string, std::shared_ptr<SessionEntry>> attached_;
@@ -558,9 +622,16 @@ grpc::ServerUnaryReactor* EntroKvService::CreateSession(
             !status.ok()) {
           return status;
         }
+        ShadowRequest shadowing;
+        if (absl::Status status =
+                FromProto(request.shadowing(), config, &shadowing);
+            !status.ok()) {
+          return status;
+        }
         absl::StatusOr<SessionSnapshot> snapshot =
             registry_->Create(config, request.session_id(),
-                              request.config().placement_fallback());
+                              request.config().placement_fallback(),
+                              shadowing);
         if (!snapshot.ok()) {
           spdlog::warn("CreateSession from {} rejected: {}", context->peer(),
                        snapshot.status().ToString());
@@ -630,6 +701,10 @@ grpc::ServerUnaryReactor* EntroKvService::ListSessions(
         server->set_max_gpu_bytes(limits_.max_gpu_bytes);
         server->set_max_live_entries(registry_->options().max_live_entries);
         server->set_gpu_available(registry_->gpu_available());
+        server->set_max_shadows(
+            registry_->options().shadow_limits.max_shadows);
+        server->set_max_shadow_reference_bytes(
+            registry_->options().shadow_limits.max_reference_bytes);
         return absl::OkStatus();
       });
 }

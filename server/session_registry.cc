@@ -32,6 +32,36 @@ absl::Status ValidateSessionId(const std::string& id) {
 
 }  // namespace
 
+EntryShadows& EntryShadows::operator=(EntryShadows&& other) noexcept {
+  if (this == &other) return *this;
+  if (reserved_total != nullptr) {
+    reserved_total->fetch_sub(reserved, std::memory_order_relaxed);
+  }
+  set = std::move(other.set);
+  reserved_total = std::exchange(other.reserved_total, nullptr);
+  reserved = std::exchange(other.reserved, 0);
+  recall = std::move(other.recall);
+  return *this;
+}
+
+EntryShadows::~EntryShadows() {
+  if (reserved_total != nullptr) {
+    reserved_total->fetch_sub(reserved, std::memory_order_relaxed);
+  }
+}
+
+void SessionEntry::PublishShadowStats() {
+  if (shadows_.set == nullptr) return;
+  ShadowStats stats = shadows_.set->Stats();
+  absl::MutexLock lock(&shadow_stats_mu_);
+  shadow_stats_ = std::move(stats);
+}
+
+std::optional<ShadowStats> SessionEntry::PublishedShadowStats() const {
+  absl::MutexLock lock(&shadow_stats_mu_);
+  return shadow_stats_;
+}
+
 void SessionEntry::PublishStats() {
   const SessionStats stats = state_->Stats();
   live_.store(stats.live, std::memory_order_relaxed);
@@ -75,9 +105,60 @@ SessionRegistry::~SessionRegistry() {
   sessions_.clear();
 }
 
+absl::StatusOr<EntryShadows> SessionRegistry::CreateShadows(
+    const SessionConfig& config, ShadowRequest request) {
+  const ShadowLimits& limits = options_.shadow_limits;
+  const int64_t given = static_cast<int64_t>(request.policies.size());
+  if (given > limits.max_shadows) {
+    // InvalidArgument, not ResourceExhausted: no retry can succeed, and a
+    // client must not take it for a passing shortage and go offline.
+    return absl::InvalidArgumentError(absl::StrCat(
+        "shadowing.policies: ", given, " given, more than the server's limit "
+        "of ", limits.max_shadows, " per session (--max_shadows)"));
+  }
+  for (size_t i = 0; i < request.policies.size(); ++i) {
+    SessionConfig& shadow = request.policies[i];
+    shadow.scored_layers = config.scored_layers;  // The effective ones.
+    if (options_.max_live_entries > 0 &&
+        shadow.budget > options_.max_live_entries) {
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "shadowing.policies[", i, "].budget: ", shadow.budget,
+          " exceeds the server's limit of live entries per session (",
+          options_.max_live_entries, ")"));
+    }
+  }
+  absl::StatusOr<ShadowOptions> resolved =
+      ResolveShadowOptions(config, request, limits);
+  if (!resolved.ok()) return PrefixMessage("shadowing.", resolved.status());
+
+  const int64_t reserve = ShadowBytesAtMost(config, *resolved);
+  const int64_t before =
+      shadow_bytes_.fetch_add(reserve, std::memory_order_relaxed);
+  EntryShadows shadows;
+  shadows.reserved_total = &shadow_bytes_;  // Given back when `shadows` goes.
+  shadows.reserved = reserve;
+  if (options_.max_shadow_bytes > 0 &&
+      before + reserve > options_.max_shadow_bytes) {
+    return absl::ResourceExhaustedError(absl::StrCat(
+        "shadowing: ", reserve, " bytes of shadowing would take the server "
+        "past its limit of ", options_.max_shadow_bytes,
+        " (--max_shadow_bytes; ", before, " reserved); ask for fewer "
+        "max_reference_entries"));
+  }
+  absl::StatusOr<std::unique_ptr<ShadowSet>> set =
+      ShadowSet::Create(config, *resolved, cpu_);
+  if (!set.ok()) {
+    return absl::IsInvalidArgument(set.status())
+               ? PrefixMessage("shadowing.", set.status())
+               : set.status();
+  }
+  shadows.set = *std::move(set);
+  return shadows;
+}
+
 absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
     const SessionConfig& requested, const std::string& requested_id,
-    bool placement_fallback) {
+    bool placement_fallback, const ShadowRequest& shadowing) {
   if (absl::Status status = ValidateSessionId(requested_id); !status.ok()) {
     return status;
   }
@@ -139,6 +220,12 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
     }
     return state.status();
   }
+  EntryShadows shadows;
+  if (!shadowing.empty()) {
+    absl::StatusOr<EntryShadows> created = CreateShadows(config, shadowing);
+    if (!created.ok()) return created.status();
+    shadows = *std::move(created);
+  }
 
   SessionSnapshot snapshot;
   {
@@ -154,9 +241,10 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
       return absl::AlreadyExistsError(
           absl::StrCat("session_id: ", id, " is already in use"));
     }
-    auto entry =
-        std::make_shared<SessionEntry>(id, *std::move(state), backend->kind());
+    auto entry = std::make_shared<SessionEntry>(
+        id, *std::move(state), backend->kind(), std::move(shadows));
     entry->PublishStats();
+    entry->PublishShadowStats();
     const absl::Time now = absl::Now();
     entry->detached_at_ = now;
     sessions_.emplace(id, entry);
@@ -166,12 +254,15 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
   // Logged after unlocking, from the snapshot (the entry may be closed by
   // now).
   const ScopedLogFields fields(snapshot.id);
-  spdlog::info("session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}",
-               snapshot.id, PolicyName(snapshot.config), snapshot.config.budget,
-               config.shape.layers, config.shape.q_heads, config.shape.kv_heads,
-               config.shape.head_dim,
-               ElementTypeName(config.shape.element_type),
-               BackendKindName(backend->kind()));
+  spdlog::info(
+      "session {} opened: {} budget {} shape {}x{}x{}x{} {} on {}{}",
+      snapshot.id, PolicyName(snapshot.config), snapshot.config.budget,
+      config.shape.layers, config.shape.q_heads, config.shape.kv_heads,
+      config.shape.head_dim, ElementTypeName(config.shape.element_type),
+      BackendKindName(backend->kind()),
+      snapshot.shadows.has_value()
+          ? absl::StrCat(", ", snapshot.shadows->shadows.size(), " shadows")
+          : "");
   return snapshot;
 }
 
@@ -316,6 +407,7 @@ SessionSnapshot SessionRegistry::SnapshotLocked(const SessionEntry& entry,
   snapshot.attached = entry.owner_ != nullptr;
   snapshot.idle =
       snapshot.attached ? absl::ZeroDuration() : now - entry.detached_at_;
+  snapshot.shadows = entry.PublishedShadowStats();
   return snapshot;
 }
 

@@ -38,15 +38,38 @@
 #include "entrokv/core/backend.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/session.h"
+#include "entrokv/core/shadow.h"
+#include "server/metrics.h"
 
 namespace entrokv::server {
+
+// A session's shadow policies (core/shadow.h), as its entry holds them.
+// The reservation: the bytes the set may grow to, taken from the registry's
+// server-wide --max_shadow_bytes when it was created and given back when
+// the entry goes.
+struct EntryShadows {
+  EntryShadows() = default;
+  EntryShadows(EntryShadows&& other) noexcept { *this = std::move(other); }
+  EntryShadows& operator=(EntryShadows&& other) noexcept;
+  ~EntryShadows();  // Gives the reservation back.
+
+  std::unique_ptr<ShadowSet> set;
+  std::atomic<int64_t>* reserved_total = nullptr;  // The registry's.
+  int64_t reserved = 0;
+  // The recall histograms of the session, the oracle and each shadow, in
+  // StepRecall order; the attached stream fills them on first use.
+  std::vector<DurationHistogram*> recall;
+};
 
 // One session. `state` is used only by the attached stream (see above).
 class SessionEntry {
  public:
   SessionEntry(std::string id, std::unique_ptr<SessionState> state,
-               BackendKind backend)
-      : id_(std::move(id)), state_(std::move(state)), backend_(backend) {}
+               BackendKind backend, EntryShadows shadows = {})
+      : id_(std::move(id)),
+        state_(std::move(state)),
+        backend_(backend),
+        shadows_(std::move(shadows)) {}
 
   const std::string& id() const { return id_; }
   BackendKind backend() const { return backend_; }
@@ -54,11 +77,16 @@ class SessionEntry {
 
   // REQUIRES: the caller is the attached stream.
   SessionState& state() { return *state_; }
+  // Null for a session without shadows. REQUIRES: the attached stream.
+  EntryShadows* shadows() { return shadows_.set ? &shadows_ : nullptr; }
 
   // REQUIRES: the caller is the attached stream (or the entry is new).
   void PublishStats();
   // The stats last published; safe from any thread.
   SessionStats PublishedStats() const;
+  // Likewise for the shadows' stats (nullopt: a session without shadows).
+  void PublishShadowStats();
+  std::optional<ShadowStats> PublishedShadowStats() const;
 
   bool closed() const { return closed_.load(std::memory_order_acquire); }
 
@@ -68,6 +96,9 @@ class SessionEntry {
   const std::string id_;
   const std::unique_ptr<SessionState> state_;
   const BackendKind backend_;
+  EntryShadows shadows_;
+  mutable absl::Mutex shadow_stats_mu_;
+  std::optional<ShadowStats> shadow_stats_ ABSL_GUARDED_BY(shadow_stats_mu_);
 
   std::atomic<bool> closed_{false};
   std::atomic<int64_t> live_{0};
@@ -93,12 +124,19 @@ struct SessionSnapshot {
   SessionStats stats;
   bool attached = false;
   absl::Duration idle;  // Zero while attached.
+  std::optional<ShadowStats> shadows;  // Nullopt: no shadows.
 };
 
 struct RegistryOptions {
   int64_t max_sessions = 0;      // 0: unlimited.
   int64_t max_live_entries = 0;  // Per session; 0: unlimited.
   absl::Duration idle_timeout = absl::Minutes(5);
+  // Shadows per session (0: shadowing is off) and the bytes of one
+  // session's reference (ShadowLimits).
+  ShadowLimits shadow_limits;
+  // What all sessions' shadowing may reserve together (ShadowSet's
+  // reference at its capacity, its scratch and series); 0: unlimited.
+  int64_t max_shadow_bytes = int64_t{1} << 30;
 };
 
 class SessionRegistry {
@@ -110,13 +148,18 @@ class SessionRegistry {
   SessionRegistry(const SessionRegistry&) = delete;
   SessionRegistry& operator=(const SessionRegistry&) = delete;
 
-  // Creates a session. `requested_id` empty: the registry picks one.
-  // Errors: InvalidArgument (config or id, naming the field), AlreadyExists
-  // (id in use), FailedPrecondition (placement gpu without a device and no
-  // fallback), ResourceExhausted (max sessions, or budget > max live entries).
+  // Creates a session, with the shadow policies of `shadowing` (empty: none;
+  // its policies as proto::FromProto(Shadowing) read them for `config`).
+  // `requested_id` empty: the registry picks one.
+  // Errors: InvalidArgument (config, shadowing or id, naming the field),
+  // AlreadyExists (id in use), FailedPrecondition (placement gpu without a
+  // device and no fallback), ResourceExhausted (max sessions, a budget of
+  // the session or of a shadow > max live entries, max_shadow_bytes
+  // reached); more shadows than max_shadows is InvalidArgument.
   absl::StatusOr<SessionSnapshot> Create(const SessionConfig& config,
                                          const std::string& requested_id,
-                                         bool placement_fallback);
+                                         bool placement_fallback,
+                                         const ShadowRequest& shadowing = {});
 
   // Removes the session (NotFound when unknown); returns its last snapshot.
   absl::StatusOr<SessionSnapshot> Close(const std::string& id);
@@ -155,6 +198,10 @@ class SessionRegistry {
   int64_t reclaimed_total() const {
     return reclaimed_.load(std::memory_order_relaxed);
   }
+  // Bytes the open sessions' shadowing has reserved (see max_shadow_bytes).
+  int64_t shadow_bytes_reserved() const {
+    return shadow_bytes_.load(std::memory_order_relaxed);
+  }
 
  private:
   SessionSnapshot SnapshotLocked(const SessionEntry& entry,
@@ -162,6 +209,10 @@ class SessionRegistry {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // ResourceExhausted when max_sessions sessions are open.
   absl::Status CheckRoomLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // The shadow set of a session of `config` (its effective config), its
+  // bytes reserved. Errors as Create()'s, naming shadowing.*.
+  absl::StatusOr<EntryShadows> CreateShadows(const SessionConfig& config,
+                                             ShadowRequest request);
 
   const RegistryOptions options_;
   Backend* const cpu_;
@@ -174,6 +225,7 @@ class SessionRegistry {
   std::atomic<int64_t> created_{0};
   std::atomic<int64_t> closed_{0};
   std::atomic<int64_t> reclaimed_{0};
+  std::atomic<int64_t> shadow_bytes_{0};
 };
 
 }  // namespace entrokv::server

@@ -234,7 +234,8 @@ class ClientImpl final : public Client {
           std::make_unique<Session::Impl>(shared_, config, options, status));
     };
     absl::StatusOr<CreatedSession> created =
-        CreateServerSession(shared_, config, session_id, deadline);
+        CreateServerSession(shared_, config, options.shadowing, session_id,
+                            deadline);
     if (!created.ok()) {
       if (!IsServerSideFailure(created.status())) return created.status();
       return offline_or_error(Prefixed("CreateSession: ", created.status()));
@@ -296,6 +297,8 @@ class ClientImpl final : public Client {
       server->max_gpu_bytes = s.max_gpu_bytes();
       server->max_live_entries = s.max_live_entries();
       server->gpu_available = s.gpu_available();
+      server->max_shadows = s.max_shadows();
+      server->max_shadow_reference_bytes = s.max_shadow_reference_bytes();
     }
     return sessions;
   }

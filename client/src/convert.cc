@@ -2,6 +2,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "proto/convert/config_convert.h"
+#include "proto/convert/shadow_convert.h"
 
 namespace entrokv::client_internal {
 namespace {
@@ -37,6 +38,14 @@ absl::StatusOr<SessionInfo> InfoFromProto(const v1::SessionInfo& proto) {
   }
   info.attached = proto.attached();
   info.idle = absl::Milliseconds(proto.idle_ms());
+  if (proto.has_shadows()) {
+    ShadowStats shadows;
+    if (absl::Status status = proto::FromProto(proto.shadows(), &shadows);
+        !status.ok()) {
+      return Unreadable(status);
+    }
+    info.shadows = std::move(shadows);
+  }
   return info;
 }
 

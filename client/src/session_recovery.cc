@@ -125,7 +125,8 @@ absl::Status Session::Impl::Recover(absl::Time deadline) {
   // The server first: most failed attempts are its, and they should not
   // cost the engine a copy of its keys.
   absl::StatusOr<client_internal::CreatedSession> created =
-      client_internal::CreateServerSession(shared_, requested_, "", deadline);
+      client_internal::CreateServerSession(shared_, requested_,
+                                           options_.shadowing, "", deadline);
   if (!created.ok()) return created.status();
   // A session of a DecodeBatch attaches to the batch's stream (a new one
   // when the last one ended), any other to a stream of its own.

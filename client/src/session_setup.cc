@@ -7,6 +7,7 @@
 #include "absl/strings/str_cat.h"
 #include "convert.h"
 #include "proto/convert/config_convert.h"
+#include "proto/convert/shadow_convert.h"
 
 namespace entrokv::client_internal {
 
@@ -27,12 +28,14 @@ bool IsServerSideFailure(const absl::Status& status) {
   }
 }
 
-absl::StatusOr<CreatedSession> CreateServerSession(const ClientShared& shared,
-                                                   const SessionConfig& config,
-                                                   std::string_view id,
-                                                   absl::Time deadline) {
+absl::StatusOr<CreatedSession> CreateServerSession(
+    const ClientShared& shared, const SessionConfig& config,
+    const ShadowRequest& shadowing, std::string_view id, absl::Time deadline) {
   v1::CreateSessionRequest request;
   proto::ToProto(config, request.mutable_config());
+  if (!shadowing.empty()) {
+    proto::ToProto(shadowing, request.mutable_shadowing());
+  }
   request.set_session_id(std::string(id));
   v1::CreateSessionResponse response;
   grpc::ClientContext context;

@@ -64,10 +64,9 @@ struct CreatedSession {
 // Calls CreateSession, waiting until `deadline` at most. A response whose
 // config cannot be read is InternalError (and its session is closed in the
 // background).
-absl::StatusOr<CreatedSession> CreateServerSession(const ClientShared& shared,
-                                                   const SessionConfig& config,
-                                                   std::string_view id,
-                                                   absl::Time deadline);
+absl::StatusOr<CreatedSession> CreateServerSession(
+    const ClientShared& shared, const SessionConfig& config,
+    const ShadowRequest& shadowing, std::string_view id, absl::Time deadline);
 // A new Decode stream of the given kind over the shared channel.
 std::unique_ptr<DecodeStream> OpenStream(const ClientShared& shared,
                                          StreamApi api);

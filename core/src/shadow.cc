@@ -35,13 +35,13 @@ absl::Status ValidateOptions(const SessionConfig& primary,
   if (o.score_every < 1) {
     return Bad("score_every", absl::StrCat(o.score_every, " is below 1"));
   }
-  if (static_cast<int64_t>(o.shadows.size()) > o.max_shadows) {
-    return Bad("shadows", absl::StrCat(o.shadows.size(), " given, at most ",
+  if (static_cast<int64_t>(o.policies.size()) > o.max_shadows) {
+    return Bad("policies", absl::StrCat(o.policies.size(), " given, at most ",
                                        o.max_shadows));
   }
-  for (size_t i = 0; i < o.shadows.size(); ++i) {
-    const SessionConfig& s = o.shadows[i];
-    const std::string at = absl::StrCat("shadows[", i, "]");
+  for (size_t i = 0; i < o.policies.size(); ++i) {
+    const SessionConfig& s = o.policies[i];
+    const std::string at = absl::StrCat("policies[", i, "]");
     if (absl::Status st = ValidateSessionConfig(s); !st.ok()) {
       return absl::InvalidArgumentError(absl::StrCat(at, ".", st.message()));
     }
@@ -84,7 +84,7 @@ absl::StatusOr<ShadowOptions> ResolveShadowOptions(
                             " bytes each)"));
   }
   ShadowOptions options;
-  options.shadows = request.policies;
+  options.policies = request.policies;
   options.max_shadows = limits.max_shadows;
   options.score_every = request.score_every;
   options.max_reference_entries =
@@ -92,6 +92,19 @@ absl::StatusOr<ShadowOptions> ResolveShadowOptions(
           ? most
           : std::min(request.max_reference_entries, most);
   return options;
+}
+
+int64_t ShadowBytesAtMost(const SessionConfig& primary,
+                          const ShadowOptions& options) {
+  const int64_t cap = options.max_reference_entries;
+  const int64_t series = 2 + static_cast<int64_t>(options.policies.size());
+  // Per entry: its key; a_i and a row value (doubles); per series value a
+  // double, up to twice over while its vector doubles.
+  const int64_t per_entry =
+      primary.shape.key_elements() * int64_t{sizeof(float)} +
+      2 * int64_t{sizeof(double)} + 2 * series * int64_t{sizeof(double)};
+  return cap * per_entry +
+         primary.shape.query_elements() * int64_t{sizeof(float)};
 }
 
 namespace {
@@ -143,7 +156,7 @@ class ShadowSetImpl final : public ShadowSet {
         backend_(backend != nullptr ? backend : own_backend_.get()) {}
 
   absl::Status Init() {
-    for (const SessionConfig& c : options_.shadows) {
+    for (const SessionConfig& c : options_.policies) {
       absl::StatusOr<std::unique_ptr<SessionState>> state =
           backend_->CreateSession(c, {});
       if (!state.ok()) return state.status();
@@ -360,6 +373,8 @@ int64_t ShadowSetImpl::bytes_held() const {
 ShadowStats ShadowSetImpl::Stats() const {
   ShadowStats stats;
   stats.primary.policy = PolicyName(primary_);
+  stats.primary.config = primary_;
+  stats.oracle.config = primary_;
   stats.primary.recall = primary_recall_.Summary();
   stats.primary.live = static_cast<int64_t>(primary_live_.size());
   stats.oracle.policy = "oracle";
@@ -368,6 +383,7 @@ ShadowStats ShadowSetImpl::Stats() const {
   for (const Shadow& s : shadows_) {
     PolicyReport r;
     r.policy = PolicyName(s.config);
+    r.config = s.config;
     r.recall = s.recall.Summary();
     r.mean_jaccard = r.recall.steps > 0
                          ? s.jaccard_sum / static_cast<double>(r.recall.steps)
@@ -384,6 +400,7 @@ ShadowStats ShadowSetImpl::Stats() const {
   stats.reference_full = reference_full_;
   stats.steps_observed = steps_observed_;
   stats.score_every = options_.score_every;
+  stats.bytes_held = bytes_held();
   return stats;
 }
 

@@ -92,6 +92,49 @@ TEST_P(ClientSessionTest, LifecycleCreateStepInspectListClose) {
   EXPECT_GT(counters.bytes_sent, 6 * 2 * 2 * 2 * 8);  // Keys alone, in f16.
 }
 
+TEST_P(ClientSessionTest, ShadowsAreRequestedAndReported) {
+  const SessionConfig config = SmallConfig("window", 4);
+  SessionOptions options = Options();
+  // A shadow's shape and cadence are the session's, whatever it says.
+  SessionConfig shadow = SmallConfig("window", 2);
+  shadow.shape.head_dim *= 2;
+  shadow.decide_every = 3;
+  options.shadowing.policies = {shadow, SmallConfig("streaming", 4)};
+  ASSERT_OK_AND_ASSIGN(auto session,
+                       client_->CreateSession(config, options, "shadowed"));
+  const auto story = MakeStory(config.shape, 0, 6);
+  for (const StoryStep& step : story) {
+    ASSERT_OK(session->Step(step.Request()));
+  }
+  // The shadows' work for a step runs after its reply: wait for the last.
+  SessionInfo info;
+  for (int i = 0; i < 1000; ++i) {
+    ASSERT_OK_AND_ASSIGN(info, client_->GetSession("shadowed"));
+    if (info.shadows.has_value() && info.shadows->steps_observed == 6) break;
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  ASSERT_TRUE(info.shadows.has_value());
+  EXPECT_EQ(info.shadows->steps_observed, 6);
+  ASSERT_EQ(info.shadows->shadows.size(), 2u);
+  EXPECT_EQ(info.shadows->shadows[0].policy, "window+fixed");
+  EXPECT_EQ(info.shadows->shadows[0].config.budget, 2);
+  EXPECT_EQ(info.shadows->shadows[0].config.shape.head_dim,
+            config.shape.head_dim);
+  EXPECT_EQ(info.shadows->shadows[0].live, 2);
+  EXPECT_EQ(info.shadows->shadows[1].policy, "streaming+fixed");
+  EXPECT_EQ(info.shadows->primary.policy, "window+fixed");
+  EXPECT_EQ(info.shadows->primary.recall.steps, 6);
+  EXPECT_EQ(info.shadows->reference_entries, 6);
+  // The newest 2 against the newest 4: Jaccard 1 while both hold all, then
+  // 2/3 and 2/4 (steps 0-1: 1, step 2: 2/3, steps 3-5: 1/2).
+  EXPECT_NEAR(info.shadows->shadows[0].mean_jaccard,
+              (1.0 + 1.0 + 2.0 / 3.0 + 3 * 0.5) / 6.0, 1e-12);
+  ServerInfo server;
+  ASSERT_OK(client_->ListSessions(&server).status());
+  EXPECT_EQ(server.max_shadows, 4);
+  ASSERT_OK(session->Close());
+}
+
 TEST_P(ClientSessionTest, EvictionsEqualCoreInProcessForEveryPolicy) {
   for (const char* policy : {"window", "streaming", "h2o", "tova", "keynorm",
                              "random", "affinity", "entropy", "h2o+entropy"}) {

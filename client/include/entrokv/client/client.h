@@ -101,6 +101,10 @@ struct SessionInfo {
   SessionStats stats;     // live, peak, budget, steps, bytes held, placement.
   bool attached = false;  // A Decode stream owns it now.
   absl::Duration idle;    // Since it was last detached (0 while attached).
+  // Its shadow policies' measures (SessionOptions::shadowing); nullopt for a
+  // session without shadows. As of the last step whose shadow work the
+  // server has run: every step answered before the latest reply.
+  std::optional<ShadowStats> shadows;
 };
 
 struct ServerInfo {
@@ -112,6 +116,8 @@ struct ServerInfo {
   int64_t max_gpu_bytes = 0;
   int64_t max_live_entries = 0;
   bool gpu_available = false;
+  int64_t max_shadows = 0;  // Per session; 0: shadowing is off.
+  int64_t max_shadow_reference_bytes = 0;
 };
 
 class Client {

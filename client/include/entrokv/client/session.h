@@ -116,6 +116,7 @@
 #include "absl/types/span.h"
 #include "entrokv/client/vectors.h"
 #include "entrokv/core/config.h"
+#include "entrokv/core/shadow.h"
 
 namespace entrokv {
 
@@ -156,6 +157,13 @@ struct SessionOptions {
   // send only the entropy (true), or send the logits (false).
   bool entropy_on_client = true;
   StreamApi stream_api = StreamApi::kSync;
+  // Shadow policies the server runs beside this session's own, to measure
+  // what each would keep (docs/choosing-a-policy.md); empty: none. Each
+  // policy's shape, decide_every, hard_ceiling, scored_layers and
+  // projection_seed are the session's, whatever it says there. A session
+  // recovered after an outage asks for them again (and starts its measures
+  // afresh). Client::GetSession() reports them (SessionInfo::shadows).
+  ShadowRequest shadowing;
   // Recovery of a degraded session (see "Recovery" above). The engine owns
   // its KV cache: given the live slots, in append order, this callback fills
   // `keys` with their keys, [entry][layer][kv_head][head_dim], exactly as

@@ -20,14 +20,17 @@ from .client import Client, ServerInfo, SessionInfo, SessionStats
 from .errors import EntroKvError
 from .live_set import LiveSet, StreamingRule
 from .session import Session, SessionCounters, StepOutcome
+from .shadow import (PolicyReport, RecallSummary, ShadowRequest,
+                     ShadowStats)
 from .sketch import Sketcher, default_projection, splitmix64
 from .vectors import Bf16, F16Bits, entropy_of_logits
 
 __all__ = [
     "AffinityParams", "BatchStep", "Bf16", "Client", "DecodeBatch",
     "EntroKvError", "EntropyBudgetParams",
-    "F16Bits", "LiveSet", "Protection", "ServerInfo", "Session", "SessionConfig",
-    "SessionCounters", "SessionInfo", "SessionStats", "Shape", "Sketcher",
+    "F16Bits", "LiveSet", "PolicyReport", "Protection", "RecallSummary", "ServerInfo", "Session", "SessionConfig",
+    "SessionCounters", "SessionInfo", "SessionStats", "ShadowRequest",
+    "ShadowStats", "Shape", "Sketcher",
     "StepOutcome", "StreamingRule", "apply_policy_name", "default_projection",
     "default_scored_layers", "entropy_of_logits", "policy_needs_entropy",
     "splitmix64", "validate_config",

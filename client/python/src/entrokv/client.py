@@ -55,6 +55,7 @@ from .environment import (DEFAULT_CREATE_DEADLINE, DEFAULT_STEP_DEADLINE,
 from .errors import SERVER_SIDE, EntroKvError, invalid
 from .session import Session, SessionCounters
 from .session_setup import attach_on, create_server_session
+from .shadow import ShadowRequest, ShadowStats, stats_from_proto
 from .sketch import Sketcher
 from .state_log import StateLog
 from .vectors import slot_list
@@ -144,6 +145,10 @@ class SessionInfo:
     stats: SessionStats
     attached: bool
     idle: float  # Seconds since it was last detached (0 while attached).
+    # Its shadow policies' measures (create_session's `shadowing`); None for
+    # a session without shadows. As of every step answered before the
+    # latest reply.
+    shadows: Optional[ShadowStats] = None
 
 
 @dataclass
@@ -156,6 +161,8 @@ class ServerInfo:
     max_gpu_bytes: int = 0
     max_live_entries: int = 0
     gpu_available: bool = False
+    max_shadows: int = 0  # Per session; 0: shadowing is off.
+    max_shadow_reference_bytes: int = 0
 
 
 def _info_from_proto(m) -> SessionInfo:
@@ -168,7 +175,8 @@ def _info_from_proto(m) -> SessionInfo:
             last_step=s.last_step if s.HasField("last_step") else None,
             appended=s.appended, evicted=s.evicted, bytes_held=s.bytes_held,
             placement=_config._enum(s.placement, _config.PLACEMENTS, "cpu")),
-        attached=m.attached, idle=m.idle_ms / 1000.0)
+        attached=m.attached, idle=m.idle_ms / 1000.0,
+        shadows=stats_from_proto(m.shadows) if m.HasField("shadows") else None)
 
 
 # --- Client --------------------------------------------------------------------
@@ -304,6 +312,7 @@ class Client:
                        recovery_interval: float = 0.5,
                        max_recovery_interval: float = 5.0,
                        recovery_jitter: float = 0.2,
+                       shadowing: Optional[ShadowRequest] = None,
                        _batch: Optional["DecodeBatch"] = None,
                        **config_fields: Any) -> Session:
         """Creates a server session and attaches a Decode stream to it.
@@ -321,6 +330,9 @@ class Client:
             (a fraction): the first attempt comes recovery_interval after the
             session degraded, each failed one doubles the wait up to
             max_recovery_interval; each wait varies by +-recovery_jitter.
+        shadowing: shadow policies the server runs beside this session's
+            own (entrokv.ShadowRequest; get_session(id).shadows reports
+            them); a recovered session asks for them again, afresh.
         Raises EntroKvError for the caller's errors (INVALID_ARGUMENT naming a
         bad config field, ALREADY_EXISTS, FAILED_PRECONDITION, ...). Other
         failures give an offline session unless offline_when_unavailable=False.
@@ -347,7 +359,7 @@ class Client:
             requested=cfg, live_keys=live_keys,
             recovery_interval=recovery_interval,
             max_recovery_interval=max_recovery_interval,
-            recovery_jitter=recovery_jitter)
+            recovery_jitter=recovery_jitter, shadowing=shadowing)
 
         def offline(why: EntroKvError) -> Session:
             # The channel keeps reconnecting only while a call is in flight
@@ -361,7 +373,7 @@ class Client:
 
         try:
             new_id, effective = create_server_session(self._stub, cfg, deadline,
-                                                      session_id)
+                                                      session_id, shadowing)
         except EntroKvError as err:
             if err.code not in SERVER_SIDE:
                 raise  # The caller's error, with the server's details alone.
@@ -450,7 +462,9 @@ class Client:
                             gpu_bytes_held=s.gpu_bytes_held,
                             max_gpu_bytes=s.max_gpu_bytes,
                             max_live_entries=s.max_live_entries,
-                            gpu_available=s.gpu_available)
+                            gpu_available=s.gpu_available,
+                            max_shadows=s.max_shadows,
+                            max_shadow_reference_bytes=s.max_shadow_reference_bytes)
         return [_info_from_proto(m) for m in r.sessions], server
 
     def close_session(self, session_id: str) -> SessionInfo:

@@ -46,6 +46,7 @@ from .vectors import (as_vector, convert, entropy_of_logits, pinned_list,
 
 if TYPE_CHECKING:  # client.py and batch.py import this module.
     from .batch import BatchStep, DecodeBatch
+    from .shadow import ShadowRequest
     from .client import Client
 
 
@@ -152,7 +153,8 @@ class Session(SessionRecovery):
                  live_keys: Optional[Callable[[List[int]], Any]] = None,
                  recovery_interval: float = 0.5,
                  max_recovery_interval: float = 5.0,
-                 recovery_jitter: float = 0.2) -> None:
+                 recovery_jitter: float = 0.2,
+                 shadowing: Optional["ShadowRequest"] = None) -> None:
         self._client = client
         self._id = session_id
         self._config = config
@@ -179,6 +181,7 @@ class Session(SessionRecovery):
             client._state_log.offline(offline_reason, live_keys is not None)
         # Recovery (see the class docstring).
         self._requested = requested if requested is not None else config
+        self._shadowing = shadowing
         self._live_keys = live_keys
         self._recovery_interval = recovery_interval
         self._max_recovery_interval = max_recovery_interval

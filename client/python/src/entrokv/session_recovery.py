@@ -126,7 +126,8 @@ class SessionRecovery:
         # The server first: most failed attempts are its, and they should
         # not cost the engine a copy of its keys.
         new_id, effective = create_server_session(client._stub, self._requested,
-                                                  deadline)
+                                                  deadline,
+                                                  shadowing=self._shadowing)
         batch = self._batch
         stream: Optional[DecodeStream] = None
         try:

@@ -4,7 +4,7 @@ server session, and its attach to a Decode stream
 
 from __future__ import annotations
 
-from typing import Tuple
+from typing import Optional, Tuple
 
 import grpc
 
@@ -13,10 +13,13 @@ from ._stubs import pb2
 from .config import SessionConfig
 from .decode_stream import DecodeStream, seconds_left
 from .errors import SERVER_SIDE, EntroKvError, code_of
+from .shadow import ShadowRequest
 
 
 def create_server_session(stub, cfg: SessionConfig, deadline: float,
-                          session_id: str = "") -> Tuple[str, SessionConfig]:
+                          session_id: str = "",
+                          shadowing: Optional[ShadowRequest] = None
+                          ) -> Tuple[str, SessionConfig]:
     """Calls CreateSession (`session_id` empty: the server names it),
     waiting until the time.monotonic() `deadline` at most; returns (id,
     effective config: defaults filled in by the server). Raises
@@ -25,6 +28,8 @@ def create_server_session(stub, cfg: SessionConfig, deadline: float,
     (SERVER_SIDE)."""
     request = pb2.CreateSessionRequest(config=_config.to_proto(cfg, pb2),
                                        session_id=session_id)
+    if shadowing is not None and shadowing.policies:
+        request.shadowing.CopyFrom(shadowing.to_proto(cfg, pb2))
     try:
         response = stub.CreateSession(request, timeout=seconds_left(deadline))
     except grpc.RpcError as e:

@@ -56,14 +56,14 @@ struct ShadowRequest {
 struct ShadowLimits {
   int32_t max_shadows = 4;
   // The reference's bytes (key_elements() floats per entry).
-  int64_t max_reference_bytes = int64_t{256} << 20;
+  int64_t max_reference_bytes = int64_t{64} << 20;
 };
 
 struct ShadowOptions {
   // The shadow policies: each must pass ValidateSessionConfig, and have the
   // primary's shape, decide_every and hard_ceiling (so that it can run on the
   // primary's steps). Placement is ignored: shadows run on the CPU.
-  std::vector<SessionConfig> shadows;
+  std::vector<SessionConfig> policies;
   int32_t max_shadows = 4;                        // The server's limit.
   int64_t max_reference_entries = int64_t{1} << 16;  // >= 1.
   int32_t score_every = 1;  // Score one step with queries in every N (>= 1).
@@ -79,11 +79,17 @@ absl::StatusOr<ShadowOptions> ResolveShadowOptions(
     const SessionConfig& primary, const ShadowRequest& request,
     const ShadowLimits& limits);
 
+// The most bytes a ShadowSet of these options holds besides its shadows'
+// own states: the reference at capacity, the scoring scratch and the recall
+// series (a bound, which the server reserves).
+int64_t ShadowBytesAtMost(const SessionConfig& primary,
+                          const ShadowOptions& options);
+
 // One scored step's attention recall (Observe's out-parameter).
 struct StepRecall {
   double primary = 0.0;
   double oracle = 0.0;
-  // Per shadow, in ShadowOptions::shadows order; NaN for one that stopped.
+  // Per shadow, in ShadowOptions::policies order; NaN for one that stopped.
   std::vector<double> shadows;
 };
 
@@ -97,6 +103,9 @@ struct RecallSummary {
 
 struct PolicyReport {
   std::string policy;  // PolicyName() of its config; "oracle" for the oracle.
+  // Its configuration (the oracle's: the primary's; its budget B_t is the
+  // primary's at each step).
+  SessionConfig config;
   RecallSummary recall;
   // Mean Jaccard of its live set with the primary's over the scored steps
   // (1 for the primary; 0 for the oracle, whose set is not kept).
@@ -119,12 +128,13 @@ struct ShadowStats {
   bool reference_full = false;
   int64_t steps_observed = 0;
   int32_t score_every = 1;
+  int64_t bytes_held = 0;  // ShadowSet::bytes_held().
 };
 
 class ShadowSet {
  public:
-  // Errors: InvalidArgument naming the field ("shadows[1].budget: ...",
-  // "shadows: 5 given, at most 4", "max_reference_entries: ...").
+  // Errors: InvalidArgument naming the field ("policies[1].budget: ...",
+  // "policies: 5 given, at most 4", "max_reference_entries: ...").
   // The shadows' sessions are created on `backend` (a CPU backend: the
   // server passes its own, so that they count toward its bytes), or on a
   // CPU backend of the set's own when null. REQUIRES: `backend` outlives
