@@ -11,6 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "entrokv/core/backend.h"
 #include "entrokv/core/element_type.h"
+#include "cpu_kernels.h"
 
 namespace entrokv {
 namespace {
@@ -98,11 +99,14 @@ int64_t ShadowBytesAtMost(const SessionConfig& primary,
                           const ShadowOptions& options) {
   const int64_t cap = options.max_reference_entries;
   const int64_t series = 2 + static_cast<int64_t>(options.policies.size());
-  // Per entry: its key; a_i and a row value (doubles); per series value a
-  // double, up to twice over while its vector doubles.
+  // Per entry: its key (f32); a_i (a double) and one layer's logits (a float
+  // per query head); per series value a double, up to twice over while its
+  // vector doubles.
   const int64_t per_entry =
       primary.shape.key_elements() * int64_t{sizeof(float)} +
-      2 * int64_t{sizeof(double)} + 2 * series * int64_t{sizeof(double)};
+      int64_t{sizeof(double)} +
+      primary.shape.query_heads() * int64_t{sizeof(float)} +
+      2 * series * int64_t{sizeof(double)};
   return cap * per_entry +
          primary.shape.query_elements() * int64_t{sizeof(float)};
 }
@@ -191,7 +195,11 @@ class ShadowSetImpl final : public ShadowSet {
   uint64_t next_virtual_ = 0;
   absl::flat_hash_map<uint64_t, uint64_t> primary_live_;  // Slot -> virtual.
   std::vector<uint64_t> step_virtual_;  // The step's appends, virtual ids.
-  std::vector<float> reference_;        // [virtual id][key_elements].
+  // The keys, f32, laid out [layer][kv_head][reference_capacity_][dim] as
+  // the scoring kernel reads them; reference_entries_ of them held.
+  std::vector<float> reference_;
+  int64_t reference_entries_ = 0;
+  int64_t reference_capacity_ = 0;
   bool reference_full_ = false;
   int64_t steps_observed_ = 0;
   int64_t steps_with_queries_ = 0;
@@ -201,36 +209,54 @@ class ShadowSetImpl final : public ShadowSet {
 
   std::vector<float> queries_;
   std::vector<double> attention_;  // a_i, per reference entry.
-  std::vector<double> row_;
+  std::vector<float> z_;  // One layer's logits, [q head][entry].
   std::vector<uint64_t> primary_ids_;             // Scratch, per scored step.
   absl::flat_hash_set<uint64_t> primary_set_;     // Scratch, per scored step.
 };
 
 void ShadowSetImpl::Append(const StepInput& input) {
+  const Shape& shape = primary_.shape;
   const int64_t n = static_cast<int64_t>(input.append.slot_ids.size());
-  const int64_t ke = primary_.shape.key_elements();
   step_virtual_.clear();
   for (int64_t e = 0; e < n; ++e) {
     step_virtual_.push_back(next_virtual_++);
   }
-  const int64_t held = static_cast<int64_t>(reference_.size()) / ke;
-  if (held + n > options_.max_reference_entries) {
+  if (reference_entries_ + n > options_.max_reference_entries) {
     reference_full_ = true;
   }
-  if (reference_full_) return;
-  const size_t old = reference_.size();
-  const size_t needed = old + static_cast<size_t>(n * ke);
-  if (needed > reference_.capacity()) {
-    // Doubling, but never past the cap: the bytes held stay within
-    // max_reference_entries keys.
-    const size_t most =
-        static_cast<size_t>(options_.max_reference_entries * ke);
-    reference_.reserve(std::min(most, std::max(needed,
-                                               2 * reference_.capacity())));
+  if (reference_full_ || n == 0) return;
+  const int64_t ke = shape.key_elements();
+  const int64_t blocks = int64_t{shape.layers} * shape.kv_heads;
+  const int32_t d = shape.vector_dim();
+  const int64_t needed = reference_entries_ + n;
+  if (needed > reference_capacity_) {
+    // Doubling, never past the cap (so the bytes held stay within
+    // max_reference_entries keys), each (layer, kv head) block moved.
+    const int64_t capacity =
+        std::min(options_.max_reference_entries,
+                 std::max(needed, 2 * reference_capacity_));
+    std::vector<float> grown(static_cast<size_t>(blocks * capacity * d));
+    for (int64_t b = 0; b < blocks; ++b) {
+      std::copy_n(reference_.data() + b * reference_capacity_ * d,
+                  reference_entries_ * d, grown.data() + b * capacity * d);
+    }
+    reference_ = std::move(grown);
+    reference_capacity_ = capacity;
   }
-  reference_.resize(needed);
-  DecodeElements(primary_.shape.element_type, input.append.keys.data(),
-                 static_cast<size_t>(n * ke), reference_.data() + old);
+  // Decoded straight into place, one (entry, layer, kv head) vector at a
+  // time.
+  const size_t esize = ElementSize(shape.element_type);
+  for (int64_t e = 0; e < n; ++e) {
+    for (int64_t b = 0; b < blocks; ++b) {
+      DecodeElements(
+          shape.element_type,
+          input.append.keys.data() + static_cast<size_t>(e * ke + b * d) * esize,
+          static_cast<size_t>(d),
+          reference_.data() +
+              (b * reference_capacity_ + reference_entries_ + e) * d);
+    }
+  }
+  reference_entries_ += n;
 }
 
 void ShadowSetImpl::StepShadows(const StepInput& input) {
@@ -245,41 +271,39 @@ void ShadowSetImpl::StepShadows(const StepInput& input) {
 
 void ShadowSetImpl::Attention(const StepInput& input) {
   const Shape& shape = primary_.shape;
-  const int64_t ke = shape.key_elements();
-  const int64_t n = static_cast<int64_t>(reference_.size()) / ke;
+  const int64_t n = reference_entries_;
   const int32_t d = shape.vector_dim();
   const int32_t heads = shape.query_heads();
   const int32_t group =
       shape.query_form == QueryForm::kGroupSum ? 1 : shape.group_size();
-  const double scale = 1.0 / std::sqrt(static_cast<double>(shape.head_dim));
+  const float scale =
+      static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
   queries_.resize(static_cast<size_t>(shape.query_elements()));
   DecodeElements(shape.element_type, input.queries.data(), queries_.size(),
                  queries_.data());
+  for (float& q : queries_) q *= scale;
   attention_.assign(static_cast<size_t>(n), 0.0);
-  row_.resize(static_cast<size_t>(n));
-  const int64_t rows = int64_t{shape.layers} * heads;
+  z_.resize(static_cast<size_t>(int64_t{heads} * n));
+  const double weight = 1.0 / (static_cast<double>(shape.layers) * heads);
+  // One layer at a time: the logits scratch is one layer's.
   for (int32_t l = 0; l < shape.layers; ++l) {
-    for (int32_t h = 0; h < heads; ++h) {
-      const float* q = queries_.data() + (int64_t{l} * heads + h) * d;
-      const int64_t key_offset =
-          (int64_t{l} * shape.kv_heads + h / group) * d;
-      double max = -std::numeric_limits<double>::infinity();
-      for (int64_t i = 0; i < n; ++i) {
-        const float* k = reference_.data() + i * ke + key_offset;
-        double z = 0.0;
-        for (int32_t j = 0; j < d; ++j) z += double{q[j]} * double{k[j]};
-        row_[i] = z * scale;
-        max = std::max(max, row_[i]);
-      }
-      double sum = 0.0;
-      for (int64_t i = 0; i < n; ++i) {
-        row_[i] = std::exp(row_[i] - max);
-        sum += row_[i];
-      }
-      for (int64_t i = 0; i < n; ++i) {
-        attention_[i] += row_[i] / sum / static_cast<double>(rows);
-      }
-    }
+    internal::ScoreArgs args;
+    args.type = ElementType::kF32;
+    args.keys = reinterpret_cast<const std::byte*>(
+        reference_.data() +
+        int64_t{l} * shape.kv_heads * reference_capacity_ * d);
+    args.capacity = reference_capacity_;
+    args.layers = 1;
+    args.kv_heads = shape.kv_heads;
+    args.group = group;
+    args.head_dim = d;
+    args.live = n;
+    args.queries = queries_.data() + int64_t{l} * heads * d;
+    args.z = z_.data();
+    args.z_stride = n;
+    internal::ScoreKeys(args);
+    internal::AccumulateSoftmax(z_.data(), heads, n, weight,
+                                attention_.data());
   }
 }
 
@@ -320,7 +344,7 @@ bool ShadowSetImpl::Observe(const StepInput& input, const StepResult& result,
   for (uint64_t slot : result.evicted) primary_live_.erase(slot);
   StepShadows(input);
   if (steps_scored_ == options_.max_reference_entries) reference_full_ = true;
-  if (input.queries.empty() || reference_full_ || reference_.empty()) {
+  if (input.queries.empty() || reference_full_ || reference_entries_ == 0) {
     return false;
   }
   if (steps_with_queries_++ % options_.score_every != 0) return false;
@@ -361,8 +385,8 @@ int64_t ShadowSetImpl::bytes_held() const {
   // series.
   int64_t bytes =
       static_cast<int64_t>(reference_.capacity() * sizeof(float) +
-                           (attention_.capacity() + row_.capacity()) *
-                               sizeof(double) +
+                           attention_.capacity() * sizeof(double) +
+                           z_.capacity() * sizeof(float) +
                            queries_.capacity() * sizeof(float));
   bytes += primary_recall_.bytes() + oracle_recall_.bytes();
   for (const Shadow& s : shadows_) bytes += s.recall.bytes();
@@ -392,8 +416,7 @@ ShadowStats ShadowSetImpl::Stats() const {
     r.status = s.status;
     stats.shadows.push_back(std::move(r));
   }
-  const int64_t ke = primary_.shape.key_elements();
-  stats.reference_entries = static_cast<int64_t>(reference_.size()) / ke;
+  stats.reference_entries = reference_entries_;
   stats.reference_bytes =
       static_cast<int64_t>(reference_.capacity() * sizeof(float));
   stats.reference_capacity = options_.max_reference_entries;

@@ -19,6 +19,9 @@ SHAPE = Shape(layers=2, kv_heads=2, q_heads=4, head_dim=8, element_type="f32")
 KE = SHAPE.full_key_elements()
 QE = SHAPE.full_query_elements()
 STEPS = 30
+# The server scores in f32 with a vector exp (relative error < 2e-7,
+# core/src/cpu_kernels.h); numpy here in float64.
+RECALL_TOLERANCE = 1e-6
 
 
 def stream(seed=4):
@@ -89,9 +92,9 @@ def test_recall_oracle_and_jaccard_match_numpy(client):
     for name, report in reports.items():
         mean, p10, low = summary(want[name])
         assert report.recall.steps == STEPS, name
-        assert report.recall.mean == pytest.approx(mean, abs=1e-9), name
-        assert report.recall.p10 == pytest.approx(p10, abs=1e-9), name
-        assert report.recall.min == pytest.approx(low, abs=1e-9), name
+        assert report.recall.mean == pytest.approx(mean, abs=RECALL_TOLERANCE), name
+        assert report.recall.p10 == pytest.approx(p10, abs=RECALL_TOLERANCE), name
+        assert report.recall.min == pytest.approx(low, abs=RECALL_TOLERANCE), name
     for name in jaccard:
         assert reports[name].mean_jaccard == pytest.approx(
             np.mean(jaccard[name]), abs=1e-12), name
