@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -344,6 +345,101 @@ TEST_F(LoadgenTest, SaysWhenTheServerHasEchoDisabled) {
 // A server that requires a bearer token: without --auth_token_file nothing
 // is served (UNAUTHENTICATED, counted, exit 0); with it, every step is, in
 // each client mode.
+// The objects of the "policies" array in `json`, each as its text.
+std::vector<std::string> PolicyRows(const std::string& json) {
+  std::vector<std::string> rows;
+  const size_t start = json.find("\"policies\": [");
+  if (start == std::string::npos) return rows;
+  const size_t end = json.find(']', start);
+  for (size_t at = json.find('{', start); at != std::string::npos && at < end;
+       at = json.find('{', at + 1)) {
+    rows.push_back(json.substr(at, json.find('}', at) - at + 1));
+  }
+  return rows;
+}
+
+// The number after "\"key\": " in `object`; NaN when absent.
+double JsonDouble(const std::string& object, const std::string& key) {
+  const std::string prefix = absl::StrCat("\"", key, "\": ");
+  const size_t at = object.find(prefix);
+  if (at == std::string::npos) return std::nan("");
+  return std::strtod(object.c_str() + at + prefix.size(), nullptr);
+}
+
+// The session's window and two shadow windows keep nested live sets (the
+// newest 2 within the newest 4 within the newest 8), so their recall is
+// ordered and the oracle's (at the session's budget) is above those of
+// that budget or less; their Jaccard with the session's
+// set is worked out from the sizes alone: min(n, 2 or 4) over min(n, 4 or 8)
+// with n = t + 1 entries at step t.
+TEST_F(LoadgenTest, ReportsEachShadowPolicysRecallBesideTheSession) {
+  StartServer(TestServerOptions());
+  ASSERT_FALSE(HasFatalFailure());
+  const auto jaccard = [](int64_t small, int64_t large) {
+    double sum = 0;
+    for (int64_t n = 1; n <= 20; ++n) {
+      sum += static_cast<double>(std::min(n, small)) /
+             static_cast<double>(std::min(n, large));
+    }
+    return sum / 20;
+  };
+  for (const char* client : {"library", "library-callback"}) {
+    SCOPED_TRACE(client);
+    std::vector<std::string> args = SmallWorkload(server_->targets()[0]);
+    for (const char* flag :
+         {"--sessions=2", "--mode=entrokv", "--json", "--fail_on_error",
+          "--shadows=window@2,window@8,h2o"}) {
+      args.push_back(flag);
+    }
+    args.push_back(absl::StrCat("--client=", client));
+    const LoadgenRun run = RunLoadgen(args);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const std::vector<std::string> rows = PolicyRows(run.output);
+    ASSERT_EQ(rows.size(), 5u) << run.output;
+    const char* want[][3] = {{"session", "window+fixed", "4"},
+                             {"shadow", "window+fixed", "2"},
+                             {"shadow", "window+fixed", "8"},
+                             {"shadow", "h2o+fixed", "4"},
+                             {"oracle", "oracle", "4"}};
+    for (size_t i = 0; i < rows.size(); ++i) {
+      EXPECT_THAT(rows[i], HasSubstr(absl::StrCat("\"role\": \"", want[i][0],
+                                                  "\", \"policy\": \"",
+                                                  want[i][1], "\", \"budget\": ",
+                                                  want[i][2], ",")));
+      EXPECT_EQ(JsonDouble(rows[i], "sessions"), 2) << rows[i];
+      EXPECT_EQ(JsonDouble(rows[i], "steps"), 40) << rows[i];
+      EXPECT_EQ(JsonDouble(rows[i], "stopped"), 0) << rows[i];
+    }
+    const double session = JsonDouble(rows[0], "recall_mean");
+    const double small = JsonDouble(rows[1], "recall_mean");
+    const double large = JsonDouble(rows[2], "recall_mean");
+    EXPECT_LT(small, session);
+    EXPECT_LT(session, large);
+    for (size_t i = 0; i + 1 < rows.size(); ++i) {
+      // The oracle holds the session's budget: above every row of that
+      // budget or less (not window@8's).
+      if (i != 2) {
+        EXPECT_GE(JsonDouble(rows[4], "recall_mean") + 1e-6,
+                  JsonDouble(rows[i], "recall_mean"))
+            << rows[i];
+      }
+      EXPECT_NEAR(JsonDouble(rows[i], "vs_session"),
+                  JsonDouble(rows[i], "recall_mean") - session, 2e-6);
+    }
+    EXPECT_NEAR(JsonDouble(rows[0], "jaccard"), 1.0, 1e-6);
+    EXPECT_NEAR(JsonDouble(rows[1], "jaccard"), jaccard(2, 4), 1e-6);
+    EXPECT_NEAR(JsonDouble(rows[2], "jaccard"), jaccard(4, 8), 1e-6);
+    EXPECT_THAT(rows[4], HasSubstr("\"jaccard\": null"));
+  }
+  // Shadows are the client library's: the bare sync client refuses them.
+  std::vector<std::string> args = SmallWorkload(server_->targets()[0]);
+  args.push_back("--client=sync");
+  args.push_back("--shadows=h2o");
+  const LoadgenRun refused = RunLoadgen(args);
+  EXPECT_EQ(refused.exit_code, 2) << refused.output;
+  EXPECT_THAT(refused.output, HasSubstr("--shadows needs the client library"));
+}
+
 TEST_F(LoadgenTest, ReachesATokenServerWithAuthTokenFile) {
   const std::string token_file =
       absl::StrCat(::testing::TempDir(), "loadgen-token-", getpid());

@@ -4,10 +4,12 @@
 #include <fstream>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
@@ -66,6 +68,16 @@ ABSL_FLAG(std::string, query_form, "per_head",
 ABSL_FLAG(int32_t, decide_every, 1, "Decision cadence K");
 ABSL_FLAG(bool, block_summary, false,
           "One state per block (needs --block_size >= 2)");
+ABSL_FLAG(std::vector<std::string>, shadows, {},
+          "Shadow policies the server runs beside each session's own, "
+          "comma-separated, each POLICY or POLICY@BUDGET (default budget: "
+          "--budget), e.g. h2o,tova@512; the report gains a table of "
+          "policies (docs/choosing-a-policy.md). Needs --client=library*");
+ABSL_FLAG(int32_t, shadow_score_every, 1,
+          "With --shadows: score one step with queries in every N");
+ABSL_FLAG(int64_t, shadow_reference_entries, 0,
+          "With --shadows: keys the server keeps to score against (0: as "
+          "many as its --max_shadow_reference_bytes holds)");
 ABSL_FLAG(bool, json, false, "Print the report as JSON");
 ABSL_FLAG(bool, progress, true, "Progress bar on stderr");
 ABSL_FLAG(absl::Duration, sync_timeout, absl::Seconds(10),
@@ -137,6 +149,43 @@ absl::StatusOr<SessionConfig> SessionConfigFromFlags() {
   if (status.ok()) status = ValidateSessionConfig(config);
   if (!status.ok()) return absl::InvalidArgumentError(status.ToString());
   return config;
+}
+
+// --shadows and its companions as the library sessions' ShadowRequest.
+absl::Status ApplyShadowFlags(Options* options) {
+  ShadowRequest& request = options->session_options.shadowing;
+  for (const std::string& item : absl::GetFlag(FLAGS_shadows)) {
+    if (item.empty()) continue;
+    SessionConfig shadow = options->config;
+    std::string name = item;
+    if (const size_t at = item.find('@'); at != std::string::npos) {
+      name = item.substr(0, at);
+      if (!absl::SimpleAtoi(item.substr(at + 1), &shadow.budget)) {
+        return absl::InvalidArgumentError(absl::StrCat(
+            "--shadows: \"", item, "\": the budget after @ is not an integer"));
+      }
+    }
+    absl::Status status = ApplyPolicyName(name, &shadow);
+    if (status.ok()) status = ValidateSessionConfig(shadow);
+    if (!status.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--shadows: \"", item, "\": ", status.message()));
+    }
+    request.policies.push_back(shadow);
+  }
+  request.score_every = absl::GetFlag(FLAGS_shadow_score_every);
+  request.max_reference_entries = absl::GetFlag(FLAGS_shadow_reference_entries);
+  if (request.empty()) return absl::OkStatus();
+  if (!options->UsesLibrary()) {
+    return absl::InvalidArgumentError(
+        "--shadows needs the client library: add --client=library");
+  }
+  if (request.score_every < 1 || request.max_reference_entries < 0) {
+    return absl::InvalidArgumentError(
+        "--shadow_score_every must be >= 1 and --shadow_reference_entries "
+        ">= 0");
+  }
+  return absl::OkStatus();
 }
 
 // The modes, the client and the number of sessions and threads.
@@ -230,6 +279,8 @@ void ParseCommandLine(int argc, char** argv) {
             {"layers", "kv_heads", "q_heads", "head_dim", "dtype", "policy",
              "budget", "block_size", "block_summary", "placement", "sketch",
              "query_form", "decide_every"}},
+           {"Shadow policies",
+            {"shadows", "shadow_score_every", "shadow_reference_entries"}},
            {"Deadlines", {"step_deadline", "create_deadline", "sync_timeout"}},
            {"Output", {"json", "progress", "fail_on_error", "log_level"}},
        }});
@@ -253,6 +304,9 @@ absl::StatusOr<Options> OptionsFromFlags() {
   if (absl::Status connection = ApplyConnectionFlags(&options);
       !connection.ok()) {
     return connection;
+  }
+  if (absl::Status shadows = ApplyShadowFlags(&options); !shadows.ok()) {
+    return shadows;
   }
   return options;
 }

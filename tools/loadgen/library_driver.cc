@@ -24,6 +24,25 @@
 #include "workload.h"
 
 namespace entrokv::loadgen {
+
+void Shared::CollectShadows(const Session& session) {
+  if (options.session_options.shadowing.empty() || session.id().empty()) {
+    return;
+  }
+  const absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (true) {
+    absl::StatusOr<SessionInfo> info = client->GetSession(session.id());
+    if (!info.ok() || !info->shadows.has_value()) return;
+    if (info->shadows->steps_observed == info->stats.steps ||
+        absl::Now() > deadline) {
+      absl::MutexLock lock(&mu);
+      shadows.push_back(*std::move(info->shadows));
+      return;
+    }
+    absl::SleepFor(absl::Milliseconds(2));
+  }
+}
+
 namespace {
 
 // The byte counts of `session`'s counters from `before` to now.
@@ -40,6 +59,7 @@ class LibrarySessionRunner final : public SessionRunner {
 
   void TearDown() override {
     if (session_ == nullptr) return;
+    shared()->CollectShadows(*session_);
     if (absl::Status closed = session_->Close(); !closed.ok()) {
       shared()->CloseFailed(closed);
     }
@@ -146,6 +166,7 @@ class BatchRunner final : public Runner {
 
   void TearDown() override {
     for (auto& session : sessions_) {
+      shared_->CollectShadows(*session);
       if (absl::Status closed = session->Close(); !closed.ok()) {
         shared_->CloseFailed(closed);
       }

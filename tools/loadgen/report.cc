@@ -213,6 +213,7 @@ std::string FormatText(const RunDescription& run,
     absl::StrAppendFormat(&out, "  session closes that failed: %s\n",
                           CodesText(failures.closes_failed));
   }
+  absl::StrAppend(&out, PolicyTableText(run.policies));
   if (summaries.contains("entrokv") && summaries.contains("echo") &&
       summaries["echo"].latency.p50_us > 0 &&
       summaries["echo"].steps_per_s > 0) {
@@ -269,12 +270,13 @@ std::string FormatJson(const RunDescription& run,
       "\"request_bytes\": %d, \"batch\": %d, \"modes\": {%s}, "
       "\"entrokv_over_echo\": %s, \"failures\": {\"planned_steps\": %d, "
       "\"failed_steps\": %d, \"steps_by_code\": %s, "
-      "\"sessions_not_started\": %s, \"closes_failed\": %s}}\n",
+      "\"sessions_not_started\": %s, \"closes_failed\": %s}, "
+      "\"policies\": %s}\n",
       run.target, run.shape, run.policy, run.budget, run.sessions, run.prefill,
       run.rounds, run.steps_per_round, run.rate, run.client, run.request_bytes,
       run.batch, absl::StrJoin(parts, ", "), ratios, run.planned_steps, failed,
       CodesJson(failed_by_code), CodesJson(failures.sessions_not_started),
-      CodesJson(failures.closes_failed));
+      CodesJson(failures.closes_failed), PolicyTableJson(run.policies));
 }
 
 }  // namespace entrokv::loadgen

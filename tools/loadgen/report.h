@@ -17,6 +17,8 @@
 #include <string>
 #include <vector>
 
+#include "policy_table.h"
+
 namespace entrokv::loadgen {
 
 // Steps the client library decided locally (its fallback, --client=library)
@@ -83,6 +85,8 @@ struct RunDescription {
   int batch = 1;
   // Steps planned over all sessions and modes.
   int64_t planned_steps = 0;
+  // With --shadows: the table of policies (policy_table.h); else empty.
+  std::vector<PolicyRow> policies;
 };
 
 // Text report (stdout) or JSON. `modes` maps "entrokv"/"echo" to stats.

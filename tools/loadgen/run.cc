@@ -154,7 +154,8 @@ int Report(const PhaseLog& log, Shared* shared) {
         absl::ToDoubleSeconds(log.ends[p] - previous);
     previous = log.ends[p];
   }
-  const RunDescription run = Describe(options, log, shared->modes.size());
+  RunDescription run = Describe(options, log, shared->modes.size());
+  run.policies = SummarizePolicies(shared->shadows);
   const std::string report =
       options.json ? FormatJson(run, shared->stats, shared->failures)
                    : FormatText(run, shared->stats, shared->failures);

@@ -52,6 +52,8 @@ struct Shared {
   absl::Mutex mu;
   std::map<std::string, ModeStats> stats ABSL_GUARDED_BY(mu);
   RunFailures failures ABSL_GUARDED_BY(mu);
+  // With --shadows: each session's shadow measures, read before it closed.
+  std::vector<ShadowStats> shadows ABSL_GUARDED_BY(mu);
 
   bool RunsEcho() const {
     return std::find(modes.begin(), modes.end(), "echo") != modes.end();
@@ -64,6 +66,11 @@ struct Shared {
     absl::MutexLock lock(&mu);
     ++failures.closes_failed[CodeName(status.code())];
   }
+  // With --shadows, reads `session`'s shadow measures into `shadows` once
+  // the server has run its shadows on every step it answered (they run
+  // after each reply; this waits up to 5 s for the last). An offline or
+  // unreadable session adds nothing.
+  void CollectShadows(const Session& session);
 };
 
 class Runner {
