@@ -1,6 +1,7 @@
 // The statistics of entrokv-eval, kept apart from the model so that they can be
 // tested on stubs: the paired bootstrap of a perplexity ratio over stories,
-// and the split of the stories into a tuning and a test set. (The budget
+// the rank agreement of a measure with perplexity (and its bootstrap), and
+// the split of the stories into a tuning and a test set. (The budget
 // search for a target mean live, which entrokv-sim uses too, is in
 // eval/lib/budget_search.h.)
 //
@@ -37,6 +38,49 @@ PairedDifference PairedBootstrap(const std::vector<double>& a,
                                  const std::vector<double>& b,
                                  const std::vector<int64_t>& tokens,
                                  int resamples, uint64_t seed, double level);
+
+// Spearman's rank correlation of x and y: the Pearson correlation of their
+// ranks, tied values taking the mean of the ranks they span. NaN when x and
+// y differ in size, have fewer than 2 elements, hold a value that is not
+// finite, or either has one value only.
+double SpearmanRho(const std::vector<double>& x, const std::vector<double>& y);
+
+// One policy at one target over the same stories as every other: per story
+// s its summed NLL and scored tokens (the run's perplexity over a multiset of
+// stories is exp(Σ nll / Σ tokens)), and a measure's numerator and
+// denominator (the measure over the multiset is Σ num / Σ den; e.g. mean
+// recall: Σ recall over the scored steps / the steps scored).
+struct RankedRun {
+  int group = 0;  // Runs compared with each other: the same target.
+  std::vector<double> nll;
+  std::vector<int64_t> tokens;
+  std::vector<double> num;
+  std::vector<double> den;
+};
+
+// How well a measure ranks runs as perplexity does: ρ = SpearmanRho(measure,
+// −perplexity), so +1 means a higher measure always comes with a lower
+// perplexity. `pooled` is ρ over every run; `within` the mean over groups of
+// ρ within each group (a group whose measure or perplexity has one value is
+// left out; NaN when none is left). Each with a percentile bootstrap interval
+// at `level` over `resamples` resamples of the stories, drawn with
+// replacement (seeded; one draw serves every run, so runs stay paired), and
+// the interval's bounds taken as in PairedBootstrap.
+struct RankAgreement {
+  double rho = 0.0;
+  double lo = 0.0;
+  double hi = 0.0;
+};
+struct MeasureAgreement {
+  RankAgreement pooled;
+  RankAgreement within;
+  int groups = 0;  // Groups with a defined ρ in the full sample.
+};
+// REQUIRES: every run has as many stories (> 0) in each vector;
+// resamples >= 1; 0 < level < 1.
+MeasureAgreement RankAgreementBootstrap(const std::vector<RankedRun>& runs,
+                                        int resamples, uint64_t seed,
+                                        double level);
 
 // The stories' indices split in two disjoint sets: the tuning stories are the
 // first `tune` of `total`, the test stories the next `test` after them (0: all

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "entrokv/core/element_type.h"
 #include "entrokv/core/session.h"
+#include "entrokv/core/shadow.h"
 #include "entrokv/core/sketch.h"
 #include "entrokv/core/status_macros.h"
 
@@ -19,8 +20,12 @@ namespace {
 // here exactly as core counts it (docs/step-semantics.md section 11).
 class InProcessSession : public DeciderSession {
  public:
-  InProcessSession(std::unique_ptr<SessionState> state, Sketcher sketcher)
-      : state_(std::move(state)), sketcher_(std::move(sketcher)) {}
+  // `shadows`: null, or the set that measures the session's recall.
+  InProcessSession(std::unique_ptr<SessionState> state, Sketcher sketcher,
+                   std::unique_ptr<ShadowSet> shadows)
+      : state_(std::move(state)),
+        sketcher_(std::move(sketcher)),
+        shadows_(std::move(shadows)) {}
 
   absl::Status Step(const DecisionRequest& request,
                     Decision* decision) override {
@@ -69,6 +74,10 @@ class InProcessSession : public DeciderSession {
     }
     StepResult result;
     ENTROKV_RETURN_IF_ERROR(state_->Step(input, &result));
+    if (shadows_ != nullptr && shadows_->Observe(input, result, &recall_)) {
+      decision->recall = recall_.primary;
+      decision->oracle_recall = recall_.oracle;
+    }
     ++accepted_;
     live_ = result.live;
     decision->evicted = std::move(result.evicted);
@@ -80,6 +89,7 @@ class InProcessSession : public DeciderSession {
 
   absl::Status Close() override {
     state_.reset();
+    shadows_.reset();
     return absl::OkStatus();
   }
 
@@ -92,6 +102,8 @@ class InProcessSession : public DeciderSession {
 
   std::unique_ptr<SessionState> state_;
   const Sketcher sketcher_;
+  std::unique_ptr<ShadowSet> shadows_;
+  StepRecall recall_;
   int64_t accepted_ = 0;  // Steps core accepted.
   int64_t live_ = 0;      // Live entries after the last step, pending included.
   // Scratch.
@@ -103,11 +115,12 @@ class InProcessSession : public DeciderSession {
 
 class InProcessDecider : public Decider {
  public:
-  explicit InProcessDecider(std::unique_ptr<Backend> backend)
-      : backend_(std::move(backend)) {}
+  InProcessDecider(std::unique_ptr<Backend> backend, bool measure_recall)
+      : backend_(std::move(backend)), measure_recall_(measure_recall) {}
 
   std::string Describe() const override {
-    return absl::StrCat("inprocess:", backend_->Describe());
+    return absl::StrCat("inprocess:", backend_->Describe(),
+                        measure_recall_ ? " (recall measured)" : "");
   }
 
   absl::StatusOr<std::unique_ptr<DeciderSession>> Open(
@@ -115,22 +128,33 @@ class InProcessDecider : public Decider {
     ENTROKV_ASSIGN_OR_RETURN(std::unique_ptr<SessionState> state,
                              backend_->CreateSession(config, SessionLimits{}));
     ENTROKV_ASSIGN_OR_RETURN(Sketcher sketcher, Sketcher::Create(config));
+    std::unique_ptr<ShadowSet> shadows;
+    if (measure_recall_) {
+      // No shadows: the set scores the session's own live set and the
+      // oracle's. A story is at most the model's context, far below the
+      // reference's default capacity (2^16 entries, grown as entries come),
+      // so every step with queries is scored.
+      ShadowOptions options;
+      options.max_shadows = 0;
+      ENTROKV_ASSIGN_OR_RETURN(shadows, ShadowSet::Create(config, options));
+    }
     return std::unique_ptr<DeciderSession>(std::make_unique<InProcessSession>(
-        std::move(state), std::move(sketcher)));
+        std::move(state), std::move(sketcher), std::move(shadows)));
   }
 
  private:
   std::unique_ptr<Backend> backend_;
+  const bool measure_recall_;
 };
 
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<Decider>> CreateInProcessDecider(
-    BackendKind kind) {
+    BackendKind kind, bool measure_recall) {
   ENTROKV_ASSIGN_OR_RETURN(std::unique_ptr<Backend> backend,
                            CreateBackend(kind));
-  return std::unique_ptr<Decider>(
-      std::make_unique<InProcessDecider>(std::move(backend)));
+  return std::unique_ptr<Decider>(std::make_unique<InProcessDecider>(
+      std::move(backend), measure_recall));
 }
 
 }  // namespace entrokv::tinyllama

@@ -23,6 +23,7 @@
 #define ENTROKV_CLIENT_EXAMPLES_TINYLLAMA_DECIDER_H_
 
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -55,6 +56,13 @@ struct Decision {
   int64_t budget = 0;             // The step's effective budget B_t.
   // The step made no decision (decide_every > 1, not a decision step).
   bool deferred = false;
+  // Attention recall of the step (docs/design.md "Shadow policies"): the
+  // share of its attention mass, over every entry appended so far, that
+  // falls on the live set after the step, and on the oracle's top-`budget`
+  // set. NaN unless the decider measures recall and the step was scored (a
+  // step with queries).
+  double recall = std::numeric_limits<double>::quiet_NaN();
+  double oracle_recall = std::numeric_limits<double>::quiet_NaN();
 };
 
 class DeciderSession {
@@ -79,9 +87,12 @@ class Decider {
       const SessionConfig& config) = 0;
 };
 
-// Decisions from entrokv core in this process, on `kind`'s backend.
+// Decisions from entrokv core in this process, on `kind`'s backend. With
+// `measure_recall`, each session also runs a ShadowSet without shadows (the
+// server's shadowing code, core/shadow.h) over every entry of the sequence,
+// and every decision step reports Decision::recall and oracle_recall.
 absl::StatusOr<std::unique_ptr<Decider>> CreateInProcessDecider(
-    BackendKind kind = BackendKind::kCpu);
+    BackendKind kind = BackendKind::kCpu, bool measure_recall = false);
 
 }  // namespace entrokv::tinyllama
 

@@ -76,6 +76,7 @@ absl::StatusOr<Point> CurveSearch::Calibrate(Curve* curve, double target,
     p.runs = {&r};
     p.mean_live = r.mean_live();
     p.story_nll = r.story_nll;
+    p.story_recall = r.story_recall;
   } else {
     const Run& lo = curve->runs.at(found.lo);
     const Run& hi = curve->runs.at(found.hi);
@@ -84,6 +85,15 @@ absl::StatusOr<Point> CurveSearch::Calibrate(Curve* curve, double target,
     const double w = eval::InterpolationWeight(x0, x1, target);
     p.mean_live = eval::Lerp(x0, x1, w);
     p.story_nll = eval::LerpEach(lo.story_nll, hi.story_nll, w);
+    p.story_recall.resize(lo.story_recall.size());
+    for (size_t s = 0; s < lo.story_recall.size(); ++s) {
+      const StoryRecall& a = lo.story_recall[s];
+      const StoryRecall& b = hi.story_recall[s];
+      p.story_recall[s] = StoryRecall{eval::Lerp(a.steps, b.steps, w),
+                                      eval::Lerp(a.sum, b.sum, w),
+                                      eval::Lerp(a.log_sum, b.log_sum, w),
+                                      eval::Lerp(a.oracle_sum, b.oracle_sum, w)};
+    }
   }
   p.story_tokens = p.runs[0]->story_tokens;
   double nll = 0.0;

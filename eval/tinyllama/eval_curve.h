@@ -56,6 +56,7 @@ struct Point {
   int probes = 0;  // Runs this search added.
   std::vector<double> story_nll;
   std::vector<int64_t> story_tokens;
+  std::vector<StoryRecall> story_recall;  // Interpolated as story_nll.
   bool ok() const { return !runs.empty(); }
   std::string Budgets() const {
     if (runs.empty()) return "—";

@@ -53,6 +53,10 @@ ABSL_FLAG(std::string, pipelined_budgets, "64",
           "late.");
 ABSL_FLAG(bool, inprocess, false,
           "Decide in this process with entrokv core instead of over gRPC.");
+ABSL_FLAG(bool, recall, false,
+          "Protocol: also measure each run's attention recall (the server's "
+          "shadowing code, in process) and report how well it ranks the "
+          "policies as perplexity does (needs --inprocess).");
 ABSL_FLAG(std::string, server, "unix:/run/entrokv/entrokv.sock",
           "entrokv server target for the gRPC decider (the server's default "
           "listen address by default).");
@@ -116,7 +120,7 @@ ProgramInfo EvalProgramInfo() {
           {"Data", {"data", "stories"}},
           {"Protocol (the default run)",
            {"tune", "test", "tuning", "tune_target", "targets", "tolerance",
-            "bootstrap", "seed", "quick"}},
+            "bootstrap", "seed", "quick", "recall"}},
           {"Sweep and fidelity",
            {"sweep", "budgets", "pipelined_budgets", "fidelity"}},
           {"Policies and scoring variant",

@@ -34,6 +34,7 @@ ABSL_DECLARE_FLAG(std::string, targets);
 ABSL_DECLARE_FLAG(std::string, policies);
 ABSL_DECLARE_FLAG(std::string, pipelined_budgets);
 ABSL_DECLARE_FLAG(bool, inprocess);
+ABSL_DECLARE_FLAG(bool, recall);
 ABSL_DECLARE_FLAG(std::string, server);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(int, threads);

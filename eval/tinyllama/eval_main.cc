@@ -77,7 +77,14 @@ absl::StatusOr<EvalData> LoadData(bool protocol) {
 }
 
 absl::StatusOr<std::unique_ptr<Decider>> MakeDecider() {
-  if (absl::GetFlag(FLAGS_inprocess)) return CreateInProcessDecider();
+  if (absl::GetFlag(FLAGS_inprocess)) {
+    return CreateInProcessDecider(BackendKind::kCpu,
+                                  absl::GetFlag(FLAGS_recall));
+  }
+  if (absl::GetFlag(FLAGS_recall)) {
+    return BadInput(absl::InvalidArgumentError(
+        "--recall needs --inprocess: recall is measured in this process"));
+  }
 #ifdef ENTROKV_TINYLLAMA_HAVE_CLIENT
   return CreateGrpcDecider(absl::GetFlag(FLAGS_server));
 #else

@@ -330,7 +330,51 @@ void Bootstrap(ProtocolResult* r) {
   }
 }
 
+// --recall: each measure's rank agreement with perplexity over the points.
+void RecallAgreement(ProtocolResult* r) {
+  for (const RecallMeasure& m : RecallMeasures()) {
+    std::vector<RankedRun> runs;
+    for (size_t i = 0; i < r->policies.size(); ++i) {
+      for (size_t t = 0; t < r->targets.size(); ++t) {
+        const Point& p = r->points[i][t];
+        if (!p.ok()) continue;
+        RankedRun run;
+        run.group = static_cast<int>(t);
+        run.nll = p.story_nll;
+        run.tokens = p.story_tokens;
+        for (const StoryRecall& s : p.story_recall) {
+          run.num.push_back(m.num(s));
+          run.den.push_back(m.den(s));
+        }
+        runs.push_back(std::move(run));
+      }
+    }
+    if (runs.empty()) return;
+    r->recall_agreement.push_back(
+        RankAgreementBootstrap(runs, r->resamples, r->seed, r->level));
+  }
+}
+
 }  // namespace
+
+const std::vector<RecallMeasure>& RecallMeasures() {
+  static const std::vector<RecallMeasure> measures = {
+      {"mean recall",
+       "attention recall averaged over the scored steps",
+       [](const StoryRecall& s) { return s.sum; },
+       [](const StoryRecall& s) { return s.steps; }},
+      {"mean log recall",
+       "ln recall averaged over the scored steps (weighs the worst steps "
+       "more)",
+       [](const StoryRecall& s) { return s.log_sum; },
+       [](const StoryRecall& s) { return s.steps; }},
+      {"recall / oracle",
+       "Σ recall over Σ the oracle's recall at the same budgets",
+       [](const StoryRecall& s) { return s.sum; },
+       [](const StoryRecall& s) { return s.oracle_sum; }},
+  };
+  return measures;
+}
 
 absl::Status Protocol(const Model& model,
                       const std::vector<std::vector<int>>& stories,
@@ -367,6 +411,8 @@ absl::Status Protocol(const Model& model,
   UseTunedParameters(std::move(policies), &r);
   ENTROKV_RETURN_IF_ERROR(Test(model, test_stories, decider, &calibrate, &r));
   Bootstrap(&r);
+  r.recall = absl::GetFlag(FLAGS_recall);
+  if (r.recall) RecallAgreement(&r);
 
   const std::string md = ProtocolReport(r);
   std::printf("%s", md.c_str());

@@ -5,7 +5,11 @@
 // is calibrated on the test stories to each target mean live (--targets) by
 // budget search, and compared with window+fixed (and the full cache) by a
 // paired bootstrap over test stories (docs/design.md "Fair comparison":
-// equal MEAN live entries). Writes <out>/tinystories_report.md,
+// equal MEAN live entries). With --recall (in process), each test point's
+// attention recall is measured too, and the report says how well it ranks
+// the points as perplexity does (Spearman ρ with a bootstrap interval,
+// docs/results-tinystories.md "Does attention recall predict perplexity?").
+// Writes <out>/tinystories_report.md,
 // tinystories_protocol.csv, tinystories_runs.csv, tinystories_results.json
 // and, with --plot, tinystories_ppl_vs_live.png
 // (eval_protocol_report.h).
@@ -84,7 +88,22 @@ struct ProtocolResult {
   std::vector<std::vector<Point>> points;
   std::vector<std::vector<PairedDifference>> vs_ref;
   std::vector<std::vector<PairedDifference>> vs_full;
+  // --recall: how well each measure of the runs' attention recall ranks the
+  // test points as perplexity does (RankAgreementBootstrap; a group is a
+  // target), in RecallMeasures() order.
+  bool recall = false;
+  std::vector<MeasureAgreement> recall_agreement;
 };
+
+// The measures of attention recall the protocol compares with perplexity:
+// a name, and a point's numerator and denominator for one story.
+struct RecallMeasure {
+  const char* name;
+  const char* meaning;
+  double (*num)(const StoryRecall&);
+  double (*den)(const StoryRecall&);
+};
+const std::vector<RecallMeasure>& RecallMeasures();
 
 // Runs the protocol for `policies` (with the variant applied) at `targets`
 // on `stories`, prints the report and writes the files into --out.

@@ -1,5 +1,6 @@
 #include "tinyllama/eval_protocol_report.h"
 
+#include <cmath>
 #include <cstdint>
 #include <vector>
 
@@ -124,6 +125,63 @@ void AppendCalibration(const ProtocolResult& r, std::string* md) {
                   r.split.test.size(), " test stories\n");
 }
 
+// A point's measure `m` over every test story: Σ num / Σ den.
+double PointMeasure(const Point& p, const RecallMeasure& m) {
+  double num = 0.0, den = 0.0;
+  for (const StoryRecall& s : p.story_recall) {
+    num += m.num(s);
+    den += m.den(s);
+  }
+  return num / den;
+}
+
+std::string AgreementCell(const RankAgreement& a) {
+  if (!std::isfinite(a.rho)) return "—";
+  return absl::StrFormat("%+.3f [%+.3f, %+.3f]", a.rho, a.lo, a.hi);
+}
+
+// --recall: each point's mean recall (and the oracle's), then how well each
+// measure ranks the points as perplexity does.
+void AppendRecall(const ProtocolResult& r, std::string* md) {
+  const RecallMeasure& mean = RecallMeasures()[0];
+  const RecallMeasure oracle{
+      "", "", [](const StoryRecall& s) { return s.oracle_sum; },
+      [](const StoryRecall& s) { return s.steps; }};
+  absl::StrAppend(md,
+                  "\nTest stories: mean attention recall of each point (the "
+                  "oracle's at the same budgets in brackets)\n\n| policy |",
+                  TargetColumns(r.targets, "---:|"));
+  for (size_t i = 0; i < r.policies.size(); ++i) {
+    absl::StrAppend(md, "| ", PolicyName(r.policies[i]), " |");
+    for (size_t t = 0; t < r.targets.size(); ++t) {
+      const Point& p = r.points[i][t];
+      absl::StrAppend(md, " ",
+                      p.ok() ? absl::StrCat(Num(PointMeasure(p, mean), 4), " (",
+                                            Num(PointMeasure(p, oracle), 4),
+                                            ")")
+                             : "—",
+                      " |");
+    }
+    absl::StrAppend(md, "\n");
+  }
+  absl::StrAppend(
+      md,
+      "\nRank agreement with perplexity: Spearman ρ(measure, −ppl) over the "
+      "points (+1: a higher measure always comes with a lower perplexity) [",
+      Num(100 * r.level, 0), "% bootstrap interval over test stories, ",
+      r.resamples, " resamples, seed ", r.seed,
+      "]. pooled: every policy at every target; within: the mean over targets "
+      "of ρ among the policies at that target (equal memory)\n\n"
+      "| measure | pooled | within | meaning |\n|---|---:|---:|---|\n");
+  const std::vector<RecallMeasure>& measures = RecallMeasures();
+  for (size_t m = 0; m < r.recall_agreement.size(); ++m) {
+    const MeasureAgreement& a = r.recall_agreement[m];
+    absl::StrAppend(md, "| ", measures[m].name, " | ", AgreementCell(a.pooled),
+                    " | ", AgreementCell(a.within), " | ", measures[m].meaning,
+                    " |\n");
+  }
+}
+
 }  // namespace
 
 std::string ProtocolReport(const ProtocolResult& r) {
@@ -133,6 +191,7 @@ std::string ProtocolReport(const ProtocolResult& r) {
   AppendPerplexity(r, &md);
   AppendDifferences(r, &md);
   AppendCalibration(r, &md);
+  if (r.recall) AppendRecall(r, &md);
   return md;
 }
 
@@ -263,7 +322,18 @@ void AppendJsonTest(const ProtocolResult& r, std::string* json) {
           ", \"pct_over_full\": [", Num(f.pct, 3), ", ", Num(f.lo_pct, 3), ", ",
           Num(f.hi_pct, 3), "], \"diff_vs_reference_pct\": [", Num(d.pct, 3),
           ", ", Num(d.lo_pct, 3), ", ", Num(d.hi_pct, 3),
-          "], \"significant\": ", d.significant() ? "true" : "false", "}");
+          "], \"significant\": ", d.significant() ? "true" : "false");
+      if (r.recall) {
+        absl::StrAppend(json, ", \"recall\": {");
+        const std::vector<RecallMeasure>& measures = RecallMeasures();
+        for (size_t m = 0; m < measures.size(); ++m) {
+          absl::StrAppend(json, m ? ", " : "", JsonString(measures[m].name),
+                          ": ", p.ok() ? Num(PointMeasure(p, measures[m]), 6)
+                                       : "null");
+        }
+        absl::StrAppend(json, "}");
+      }
+      absl::StrAppend(json, "}");
     }
     absl::StrAppend(json, "]}");
   }
@@ -275,7 +345,22 @@ std::string ProtocolJson(const ProtocolResult& r) {
   std::string json = JsonHead(r);
   AppendJsonTuning(r, &json);
   AppendJsonTest(r, &json);
-  absl::StrAppend(&json, "\n  ]\n}\n");
+  absl::StrAppend(&json, "\n  ]");
+  if (r.recall) {
+    absl::StrAppend(&json, ",\n  \"recall_agreement\": [");
+    const std::vector<RecallMeasure>& measures = RecallMeasures();
+    for (size_t m = 0; m < r.recall_agreement.size(); ++m) {
+      const MeasureAgreement& a = r.recall_agreement[m];
+      absl::StrAppend(
+          &json, m ? "," : "", "\n    {\"measure\": ",
+          JsonString(measures[m].name), ", \"pooled\": [", Num(a.pooled.rho, 4),
+          ", ", Num(a.pooled.lo, 4), ", ", Num(a.pooled.hi, 4),
+          "], \"within\": [", Num(a.within.rho, 4), ", ", Num(a.within.lo, 4),
+          ", ", Num(a.within.hi, 4), "], \"groups\": ", a.groups, "}");
+    }
+    absl::StrAppend(&json, "\n  ]");
+  }
+  absl::StrAppend(&json, "\n}\n");
   return json;
 }
 

@@ -48,6 +48,9 @@ absl::Status Evaluate(const Model& model,
     run->deferred += r.deferred;
     run->story_nll.push_back(r.nll_sum);
     run->story_tokens.push_back(r.predicted);
+    run->story_recall.push_back(
+        StoryRecall{static_cast<double>(r.recall_steps), r.recall_sum,
+                    r.log_recall_sum, r.oracle_recall_sum});
     if (run->record_evictions)
       run->evicted_at.push_back(std::move(r.evicted_at));
     if (progress != nullptr) progress->StoryDone();

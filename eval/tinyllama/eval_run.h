@@ -24,6 +24,14 @@
 
 namespace entrokv::tinyllama {
 
+// One story's attention recall over its scored steps (SequenceResult).
+struct StoryRecall {
+  double steps = 0.0;  // A double: a calibrated Point interpolates it.
+  double sum = 0.0;
+  double log_sum = 0.0;
+  double oracle_sum = 0.0;
+};
+
 struct Run {
   SessionConfig config;  // Budget, policy and variant.
   std::string policy;
@@ -39,6 +47,9 @@ struct Run {
   int64_t deferred = 0;
   std::vector<double> story_nll;      // Per story: Σ −log p.
   std::vector<int64_t> story_tokens;  // Per story: tokens scored.
+  // Per story, SequenceResult's recall sums (all 0 when the decider does not
+  // measure recall).
+  std::vector<StoryRecall> story_recall;
   // Per story, SequenceResult::evicted_at (record_evictions only).
   std::vector<std::vector<int32_t>> evicted_at;
   double seconds = 0.0;

@@ -1,5 +1,6 @@
 #include "tinyllama/evaluator.h"
 
+#include <cmath>
 #include <cstdlib>
 #include <deque>
 #include <filesystem>
@@ -71,6 +72,12 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
                                                       ": ", status.message()));
     }
     if (decision.deferred) ++result.deferred;
+    if (!std::isnan(decision.recall)) {
+      ++result.recall_steps;
+      result.recall_sum += decision.recall;
+      result.log_recall_sum += std::log(decision.recall);
+      result.oracle_recall_sum += decision.oracle_recall;
+    }
     pending.push_back(std::move(decision.evicted));
     if (pending.size() > static_cast<size_t>(options.lag)) {
       for (uint64_t slot : pending.front()) {

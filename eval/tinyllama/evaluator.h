@@ -47,6 +47,12 @@ struct SequenceResult {
   int64_t evicted = 0;      // Entries freed.
   std::vector<double> nll;  // Per position (only when asked for).
   int64_t deferred = 0;     // Steps the decider answered without deciding.
+  // Attention recall (a decider that measures it, Decision::recall): over
+  // the steps scored, Σ recall, Σ ln recall and Σ the oracle's recall.
+  int64_t recall_steps = 0;
+  double recall_sum = 0.0;
+  double log_recall_sum = 0.0;
+  double oracle_recall_sum = 0.0;
   // Only when asked for (record_evictions): per appended position p, the
   // first position whose token no longer attends p (its eviction applied),
   // or kNeverEvicted.

@@ -115,5 +115,81 @@ TEST(SplitStoriesTest, TestCountLimitsTheTestSplit) {
   EXPECT_TRUE(SplitStories(10, 20, 0).test.empty());
 }
 
+TEST(SpearmanRhoTest, WithoutTiesIsOneMinusSixSumOfSquaredRankGaps) {
+  // Ranks 1..5 against 2,1,4,3,5: Σd² = 4, ρ = 1 − 6·4 / (5·24) = 0.8.
+  EXPECT_NEAR(SpearmanRho({10, 20, 30, 40, 50}, {0.2, 0.1, 0.4, 0.3, 0.5}),
+              0.8, 1e-12);
+  EXPECT_NEAR(SpearmanRho({1, 2, 3}, {-1, -2, -3}), -1.0, 1e-12);
+}
+
+TEST(SpearmanRhoTest, TiesTakeTheMeanRankByHand) {
+  // y's ranks: 1, 2, 3.5, 5, 3.5. Centred on 3: x −2,−1,0,1,2 and
+  // y −2,−1,0.5,2,0.5; Σxy = 8, Σx² = 10, Σy² = 9.5: ρ = 8 / √95.
+  EXPECT_NEAR(SpearmanRho({1, 2, 3, 4, 5}, {5, 6, 7, 8, 7}),
+              8.0 / std::sqrt(95.0), 1e-12);
+}
+
+TEST(SpearmanRhoTest, UndefinedCasesAreNaN) {
+  EXPECT_TRUE(std::isnan(SpearmanRho({1, 2, 3}, {4, 4, 4})));
+  EXPECT_TRUE(std::isnan(SpearmanRho({1}, {2})));
+  EXPECT_TRUE(std::isnan(SpearmanRho({1, 2}, {1, 2, 3})));
+  EXPECT_TRUE(std::isnan(SpearmanRho({1, std::nan(""), 3}, {1, 2, 3})));
+}
+
+// A run whose every story has NLL `nll` over 10 tokens and measure `m`.
+RankedRun Flat(int group, double nll, double m, int stories) {
+  RankedRun run;
+  run.group = group;
+  run.nll.assign(stories, nll);
+  run.tokens.assign(stories, 10);
+  run.num.assign(stories, m);
+  run.den.assign(stories, 1.0);
+  return run;
+}
+
+TEST(RankAgreementTest, PooledAndWithinByHand) {
+  // Within each target the higher measure has the lower perplexity; across
+  // targets the measure is higher where perplexity is too. Pooled ranks:
+  // measure B1 A2 D3 C4, −ppl D1 C2 B3 A4: gaps −2,−2,2,2, Σd² = 16,
+  // ρ = 1 − 6·16 / (4·15) = −0.6. Within: +1 in both groups. Every story
+  // is alike, so every resample gives the same ρ.
+  const std::vector<RankedRun> runs = {
+      Flat(0, 10.0, 0.2, 4),   // A
+      Flat(0, 20.0, 0.1, 4),   // B
+      Flat(1, 30.0, 0.9, 4),   // C
+      Flat(1, 40.0, 0.8, 4)};  // D
+  const MeasureAgreement a = RankAgreementBootstrap(runs, 200, 5, 0.95);
+  EXPECT_NEAR(a.pooled.rho, -0.6, 1e-12);
+  EXPECT_NEAR(a.pooled.lo, -0.6, 1e-12);
+  EXPECT_NEAR(a.pooled.hi, -0.6, 1e-12);
+  EXPECT_NEAR(a.within.rho, 1.0, 1e-12);
+  EXPECT_NEAR(a.within.lo, 1.0, 1e-12);
+  EXPECT_EQ(a.groups, 2);
+}
+
+TEST(RankAgreementTest, MeasureAndPerplexityComeFromTheSameResample) {
+  // Two stories: in story 1 run A is better on both counts, in story 2 run
+  // B is. Pooled over both, A wins perplexity (NLL 1+9 < 5+6) but B has the
+  // higher measure ((0.2+0.9)/2 > (0.8+0.1)/2): ρ = −1. A resample of
+  // story 1 twice (p 1/4) gives +1, of story 2 twice +1 too; both stories
+  // (p 1/2) −1. So the 95% interval runs from −1 to +1, and a draw that
+  // paired one story's NLL with the other's measure could not give +1.
+  RankedRun a, b;
+  a.nll = {1.0, 9.0};
+  b.nll = {5.0, 6.0};
+  a.tokens = b.tokens = {10, 10};
+  a.num = {0.8, 0.1};
+  b.num = {0.2, 0.9};
+  a.den = b.den = {1.0, 1.0};
+  const MeasureAgreement m = RankAgreementBootstrap({a, b}, 2000, 11, 0.95);
+  EXPECT_NEAR(m.pooled.rho, -1.0, 1e-12);
+  EXPECT_NEAR(m.pooled.lo, -1.0, 1e-12);
+  EXPECT_NEAR(m.pooled.hi, 1.0, 1e-12);
+  const MeasureAgreement again =
+      RankAgreementBootstrap({a, b}, 2000, 11, 0.95);
+  EXPECT_EQ(again.pooled.lo, m.pooled.lo);
+  EXPECT_EQ(again.pooled.hi, m.pooled.hi);
+}
+
 }  // namespace
 }  // namespace entrokv::tinyllama

@@ -6,8 +6,11 @@
 
 #include <cmath>
 #include <memory>
+#include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
 #include "gtest/gtest.h"
 #include "tests/eval/reference.h"
 #include "tests/testing/status_matchers.h"
@@ -22,6 +25,7 @@ using ::entrokv::tinyllama::testing::DataDirOrEmpty;
 using ::entrokv::tinyllama::testing::LoadTestData;
 using ::entrokv::tinyllama::testing::TestData;
 using ::entrokv::tinyllama::testing::ReferenceNll;
+using ::entrokv::tinyllama::testing::RunReference;
 
 class InProcessDeciderTest : public ::testing::Test {
  protected:
@@ -70,6 +74,47 @@ TEST_F(InProcessDeciderTest, WindowRankingKeepsTheLastBudgetEntries) {
     EXPECT_NEAR(r.nll_sum, reference[i].nll_sum, 1e-4 * reference[i].nll_sum);
     EXPECT_EQ(r.peak_live, 17);
   }
+}
+
+TEST_F(InProcessDeciderTest, MeasuredRecallMatchesTheReference) {
+  ENTROKV_SKIP_WITHOUT_PYTHON();
+  // The window keeps positions s-15..s after step s; the reference sums,
+  // over those steps, the share of the full causal softmax of its own q and
+  // k (float64) that falls there, and of the top 16 positions (the oracle).
+  ASSERT_OK_AND_ASSIGN(
+      std::vector<std::string> lines,
+      RunReference(data_, "nll --stories 2 --window 16 --recall"));
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Decider> measuring,
+                       CreateInProcessDecider(BackendKind::kCpu,
+                                              /*measure_recall=*/true));
+  int checked = 0;
+  for (const std::string& line : lines) {
+    std::vector<std::string> f = absl::StrSplit(line, ' ');
+    if (f[0] != "recall") continue;
+    ASSERT_EQ(f.size(), 5u) << line;
+    int i = 0, steps = 0;
+    double sum = 0.0, oracle = 0.0;
+    ASSERT_TRUE(absl::SimpleAtoi(f[1], &i) && absl::SimpleAtoi(f[2], &steps) &&
+                absl::SimpleAtod(f[3], &sum) && absl::SimpleAtod(f[4], &oracle))
+        << line;
+    ASSERT_OK_AND_ASSIGN(auto session,
+                         measuring->Open(Config(Ranking::kWindow,
+                                                BudgetControl::kFixed, 16)));
+    ASSERT_OK_AND_ASSIGN(
+        SequenceResult r,
+        EvaluateSequence(*model_, tokens_[i], session.get(), {}));
+    EXPECT_EQ(r.recall_steps, steps);
+    EXPECT_NEAR(r.recall_sum, sum, 1e-5 * steps);
+    EXPECT_NEAR(r.oracle_recall_sum, oracle, 1e-5 * steps);
+    EXPECT_LT(r.recall_sum, r.oracle_recall_sum);  // Something was lost.
+    ++checked;
+  }
+  EXPECT_EQ(checked, 2);
+  // Without measuring, no step reports recall.
+  ASSERT_OK_AND_ASSIGN(
+      SequenceResult plain,
+      Run(Config(Ranking::kWindow, BudgetControl::kFixed, 16), 0));
+  EXPECT_EQ(plain.recall_steps, 0);
 }
 
 TEST_F(InProcessDeciderTest, StreamingRankingKeepsSinkAndRecent) {

@@ -10,9 +10,16 @@ ignored), and arithmetic is double precision.
 
 Usage (run with Debian's /usr/bin/python3, which has python3-numpy):
   reference_llama.py --data DIR nll --stories N [--window W] [--sink]
+                    [--recall]
       One line per story: "story INDEX TOKENS NLL_SUM" (NLL_SUM in nats over
       TOKENS-1 predictions). With --window W, the query at position s attends
       only to positions j with s - j <= W (and j == 0 as well with --sink).
+      With --recall (and --window W, no --sink), a second line per story,
+      "recall INDEX STEPS SUM ORACLE_SUM": the attention recall of the
+      window's kept set after each position s < TOKENS-1 (positions s-W+1..s;
+      the share of softmax(q_s . k_j / sqrt(head)), j <= s, per layer and
+      head, averaged over them, that falls there), summed over those steps,
+      and of the top-W positions by that averaged share (the oracle).
   reference_llama.py --data DIR encode FILE
       FILE holds texts separated by NUL bytes; prints one line of ids per text
       (BOS first).
@@ -75,7 +82,9 @@ def rope(x, positions, head):
     return out
 
 
-def sequence_nll(cfg, w, tokens, window=None, sink=False):
+def sequence_nll(cfg, w, tokens, window=None, sink=False, shares=None):
+    """Summed NLL. With `shares` (a list), appends per layer and head the
+    (T, T) matrix of full causal softmax weights of the run's own q and k."""
     t = len(tokens)
     head, heads, kvh = cfg['head'], cfg['heads'], cfg['kv_heads']
     pos = np.arange(t)
@@ -97,6 +106,10 @@ def sequence_nll(cfg, w, tokens, window=None, sink=False):
         for h in range(heads):
             g = h // (heads // kvh)
             scores = (q[:, h, :] @ k[:, g, :].T) / np.sqrt(head)
+            if shares is not None:
+                full = np.where(j_idx <= s_idx, scores, -np.inf)
+                full = np.exp(full - full.max(axis=1, keepdims=True))
+                shares.append(full / full.sum(axis=1, keepdims=True))
             scores = np.where(allowed, scores, -np.inf)
             scores -= scores.max(axis=1, keepdims=True)
             p = np.exp(scores)
@@ -173,6 +186,7 @@ def main():
     nll.add_argument('--stories', type=int, default=3)
     nll.add_argument('--window', type=int, default=None)
     nll.add_argument('--sink', action='store_true')
+    nll.add_argument('--recall', action='store_true')
     enc = sub.add_parser('encode')
     enc.add_argument('file')
     args = ap.parse_args()
@@ -187,8 +201,17 @@ def main():
         return 0
     for i, story in enumerate(stories(args.data, args.stories)):
         ids = tok.encode(story)[:min(SEQ_LEN_LIMIT, cfg['seq_len'])]
-        total = sequence_nll(cfg, w, ids, args.window, args.sink)
+        shares = [] if args.recall else None
+        total = sequence_nll(cfg, w, ids, args.window, args.sink, shares)
         print('story %d %d %.12f' % (i, len(ids), total))
+        if args.recall:
+            a = np.mean(shares, axis=0)  # (T, T): a[s, j], rows sum to 1.
+            steps = len(ids) - 1
+            kept = oracle = 0.0
+            for s in range(steps):
+                kept += a[s, max(0, s - args.window + 1):s + 1].sum()
+                oracle += np.sort(a[s, :s + 1])[-args.window:].sum()
+            print('recall %d %d %.12f %.12f' % (i, steps, kept, oracle))
     return 0
 
 
