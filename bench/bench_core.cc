@@ -29,6 +29,14 @@
 //    entropy). Times are per step, amortized over the period.
 // 3. BM_Sketch*: the engine's side of project:16 (Sketcher), which the
 //    engine pays, not the server.
+// 4. BM_Shadows/<shape>/<case>: what shadow policies add to a step
+//    (core/shadow.h; the server runs the same after each reply): the
+//    default shape and the 8B shape with project:16+gsum, 4k live, K = 1,
+//    with no ShadowSet (none), one without shadows (recall: the reference
+//    and the scoring only), 1, 2 and 4 shadows at the same budget (h2o,
+//    tova, window, streaming; at the group-sum 8B shape, which the attention
+//    rankings cannot use, affinity, keynorm, window, streaming), and 4
+//    scoring one step in 16.
 
 // The files: bench_core.h (what they share), steady_session.cc (the session
 // the cases time), bench_cases.cc (the cases), summary_reporter.{h,cc} (the
@@ -42,6 +50,7 @@
 
 int main(int argc, char** argv) {
   entrokv::bench::RegisterModelBenchmarks();
+  entrokv::bench::RegisterShadowBenchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   entrokv::bench::SummaryReporter reporter;

@@ -17,6 +17,7 @@
 #include "entrokv/core/backend.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/session.h"
+#include "entrokv/core/shadow.h"
 
 namespace entrokv::bench {
 
@@ -45,12 +46,17 @@ Shape BenchShape();
 class Pools;  // Random keys and queries of one shape (steady_session.cc).
 
 // One session held at `config.budget` live tokens, one entry appended a step.
+// With `shadows`, a ShadowSet of those options watches it from the first step
+// (the prefill included), as the server runs one: every step is handed to
+// its Observe after the session answered it.
 class SteadySession {
  public:
-  explicit SteadySession(const SessionConfig& config);
+  explicit SteadySession(const SessionConfig& config,
+                         const ShadowOptions* shadows = nullptr);
 
   int period() const { return period_; }
   SessionStats Stats() const { return session_->Stats(); }
+  const ShadowSet* shadows() const { return shadows_.get(); }
 
   // Runs one period (period() steps); false when the live count did not
   // return to `live`.
@@ -78,6 +84,7 @@ class SteadySession {
   const int period_;
   std::unique_ptr<Backend> backend_;
   std::unique_ptr<SessionState> session_;
+  std::unique_ptr<ShadowSet> shadows_;
   uint64_t next_slot_ = 0;
   uint64_t accepted_ = 0;  // Steps accepted; also the next step number.
   uint64_t slot_[1] = {0};
@@ -88,7 +95,8 @@ class SteadySession {
 // session (gigabytes at the 8B shape) is built once per benchmark and kept,
 // one at a time.
 SteadySession& CachedSession(const std::string& key,
-                             const SessionConfig& config);
+                             const SessionConfig& config,
+                             const ShadowOptions* shadows = nullptr);
 
 // What the table needs beyond the timings, by benchmark name.
 struct ModelRow {
@@ -103,6 +111,13 @@ std::vector<ModelRow>& ModelRows();
 // Registers the BM_Llama8B benchmarks, and their rows in ModelRows(). Called
 // once, before benchmark::Initialize.
 void RegisterModelBenchmarks();
+
+// Registers the BM_Shadows benchmarks: a session at the default shape and at
+// the 8B shape with project:16 and group-sum queries, 4k live, watched by no
+// ShadowSet, by one without shadows (recall only), with 1, 2 and 4 shadows,
+// and with 4 scoring one step in 16 (bench_cases.cc names the policies). Called once, after
+// RegisterModelBenchmarks.
+void RegisterShadowBenchmarks();
 
 }  // namespace entrokv::bench
 

@@ -21,6 +21,7 @@
 #include "entrokv/core/config.h"
 #include "entrokv/core/element_type.h"
 #include "entrokv/core/session.h"
+#include "entrokv/core/shadow.h"
 
 namespace entrokv::bench {
 namespace {
@@ -121,7 +122,8 @@ const Pools& GetPools(const Shape& shape) {
 
 }  // namespace
 
-SteadySession::SteadySession(const SessionConfig& config)
+SteadySession::SteadySession(const SessionConfig& config,
+                             const ShadowOptions* shadows)
     : config_(config),
       pools_(GetPools(config.shape)),
       live_(config.budget),
@@ -132,6 +134,12 @@ SteadySession::SteadySession(const SessionConfig& config)
       backend_->CreateSession(config, {});
   if (!session.ok()) Die("CreateSession", session.status());
   session_ = std::move(session).value();
+  if (shadows != nullptr) {
+    absl::StatusOr<std::unique_ptr<ShadowSet>> set =
+        ShadowSet::Create(config, *shadows, backend_.get());
+    if (!set.ok()) Die("ShadowSet::Create", set.status());
+    shadows_ = std::move(set).value();
+  }
   Prefill();
 }
 
@@ -157,6 +165,7 @@ void SteadySession::Step(absl::Span<const uint64_t> slots,
   }
   const absl::Status status = session_->Step(input, &result_);
   if (!status.ok()) Die("Step", status);
+  if (shadows_ != nullptr) shadows_->Observe(input, result_);
   if (result_.deferred == decide) {
     Die("Step", absl::InternalError("unexpected decision cadence"));
   }
@@ -196,12 +205,13 @@ void SteadySession::Prefill() {
 }
 
 SteadySession& CachedSession(const std::string& key,
-                             const SessionConfig& config) {
+                             const SessionConfig& config,
+                             const ShadowOptions* shadows) {
   static auto* cached_key = new std::string();
   static auto* cached = new std::unique_ptr<SteadySession>();
   if (*cached == nullptr || *cached_key != key) {
     cached->reset();  // Free the previous one first.
-    *cached = std::make_unique<SteadySession>(config);
+    *cached = std::make_unique<SteadySession>(config, shadows);
     *cached_key = key;
   }
   return **cached;

@@ -31,7 +31,15 @@ void SummaryReporter::ReportRuns(const std::vector<Run>& reports) {
     entry.s_per_step = seconds_per_iter / entry.steps_per_iter;
     entry.cpu_s_per_step = cpu_seconds_per_iter / entry.steps_per_iter;
     entry.copied_bytes_per_step = Counter(run, "copied_bytes_per_step", 0);
-    if (Counter(run, "copy_bytes_per_iter", 0) > 0) {
+    if (Counter(run, "shadow_watched", -1) >= 0) {
+      entry.kind = Kind::kShadow;
+      entry.shadows = Counter(run, "shadow_watched", 0) > 0
+                          ? static_cast<int>(Counter(run, "shadow_policies", 0))
+                          : -1;
+      entry.score_every = static_cast<int>(Counter(run, "score_every", 1));
+      entry.reference_entries = Counter(run, "reference_entries", 0);
+      entry.shadow_bytes = Counter(run, "shadow_bytes", 0);
+    } else if (Counter(run, "copy_bytes_per_iter", 0) > 0) {
       entry.kind = Kind::kCopy;
       entry.bytes_per_step = Counter(run, "copy_bytes_per_iter", 0);
     } else if (Counter(run, "wire_bytes_per_token", 0) > 0) {
@@ -92,6 +100,62 @@ void SummaryReporter::PrintSummary() const {
     std::printf(" %14.0f\n", entry.copied_bytes_per_step);
   }
   PrintModelTable(copy, copy_cpu);
+  PrintShadowTable();
+}
+
+void SummaryReporter::PrintShadowTable() const {
+  bool any = false;
+  for (const Entry& entry : entries_) any |= entry.kind == Kind::kShadow;
+  if (!any) return;
+  std::printf(
+      "\nShadow policies (core/shadow.h, as the server runs them after each "
+      "reply): policy entropy, budget = live = 4096, K = 1; shadows at the "
+      "same budget: default 1 = h2o, 2 = + tova, 4 = + window, streaming; "
+      "8B (group-sum queries) 1 = affinity, 2 = + keynorm, 4 = + window, "
+      "streaming; recall = a ShadowSet without shadows (reference and "
+      "scoring only).\n"
+      "+ms/step: over the same shape's row without a ShadowSet; per shadow: "
+      "(the row - recall) / shadows. reference: entries held after the run "
+      "(f32 keys), shadow MB: the set's bytes (its shadows' states "
+      "included).\n");
+  std::printf("%-40s %10s %10s %10s %12s %11s %11s\n", "benchmark",
+              "ms/step", "(CPU)", "+ms/step", "per shadow", "reference",
+              "shadow MB");
+  for (const Entry& entry : entries_) {
+    if (entry.kind != Kind::kShadow) continue;
+    // The same shape's rows: the name up to the last case component.
+    const std::string shape = entry.name.substr(
+        0, entry.name.find('/', std::string("BM_Shadows/").size()));
+    const Entry* none = nullptr;
+    const Entry* recall = nullptr;
+    for (const Entry& other : entries_) {
+      if (other.kind != Kind::kShadow ||
+          other.name.rfind(shape + "/", 0) != 0) {
+        continue;
+      }
+      if (other.shadows < 0) none = &other;
+      if (other.shadows == 0) recall = &other;
+    }
+    std::printf("%-40s %10.3f %10.3f", entry.function.c_str(),
+                entry.s_per_step * 1e3, entry.cpu_s_per_step * 1e3);
+    if (none != nullptr && entry.shadows >= 0) {
+      std::printf(" %10.3f", (entry.s_per_step - none->s_per_step) * 1e3);
+    } else {
+      std::printf(" %10s", "-");
+    }
+    if (recall != nullptr && entry.shadows > 0 && entry.score_every == 1) {
+      std::printf(" %12.3f", (entry.s_per_step - recall->s_per_step) * 1e3 /
+                                 entry.shadows);
+    } else {
+      std::printf(" %12s", "-");
+    }
+    if (entry.shadows >= 0) {
+      std::printf(" %11.0f %11.1f\n", entry.reference_entries,
+                  entry.shadow_bytes / 1e6);
+    } else {
+      std::printf(" %11s %11s\n", "-", "-");
+    }
+  }
 }
 
 double SummaryReporter::Counter(const Run& run, const char* key,

@@ -20,11 +20,19 @@ class SummaryReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& reports) override;
 
-  // Prints the step table and the Llama-3-8B table from the runs reported.
+  // Prints the step table, the Llama-3-8B table and the shadow table from
+  // the runs reported.
   void PrintSummary() const;
 
  private:
-  enum class Kind { kStep, kCopy, kModel, kSketchKeys, kSketchQueries };
+  enum class Kind {
+    kStep,
+    kCopy,
+    kModel,
+    kSketchKeys,
+    kSketchQueries,
+    kShadow
+  };
   struct Entry {
     std::string name;      // Full benchmark name.
     std::string function;  // Name without arguments.
@@ -37,6 +45,12 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     double wire_bytes_per_token = 0;
     double held_bytes_per_token = 0;
     double copied_bytes_per_step = 0;  // SessionStats.bytes_copied.
+    // kShadow: the case's shadows (-1: no ShadowSet), score_every, and the
+    // set's reference entries and bytes after the run.
+    int shadows = -1;
+    int score_every = 1;
+    double reference_entries = 0;
+    double shadow_bytes = 0;
   };
 
   static double Counter(const Run& run, const char* key, double otherwise);
@@ -46,6 +60,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   static void PrintBandwidth(const Entry& entry, double copy, double copy_cpu);
 
   void PrintModelTable(double copy, double copy_cpu) const;
+  void PrintShadowTable() const;
 
   // Issue #8 item 6, at 32k live.
   void PrintGoals(double copy) const;
