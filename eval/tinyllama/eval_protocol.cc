@@ -330,32 +330,44 @@ void Bootstrap(ProtocolResult* r) {
   }
 }
 
-// --recall: each measure's rank agreement with perplexity over the points.
+// --recall: each measure's rank agreement with perplexity over the points of
+// every policy, and of the competitive ones.
 void RecallAgreement(ProtocolResult* r) {
-  for (const RecallMeasure& m : RecallMeasures()) {
-    std::vector<RankedRun> runs;
-    for (size_t i = 0; i < r->policies.size(); ++i) {
-      for (size_t t = 0; t < r->targets.size(); ++t) {
-        const Point& p = r->points[i][t];
-        if (!p.ok()) continue;
-        RankedRun run;
-        run.group = static_cast<int>(t);
-        run.nll = p.story_nll;
-        run.tokens = p.story_tokens;
-        for (const StoryRecall& s : p.story_recall) {
-          run.num.push_back(m.num(s));
-          run.den.push_back(m.den(s));
+  for (bool competitive_only : {false, true}) {
+    std::vector<MeasureAgreement>& out =
+        competitive_only ? r->recall_agreement_competitive
+                         : r->recall_agreement;
+    for (const RecallMeasure& m : RecallMeasures()) {
+      std::vector<RankedRun> runs;
+      for (size_t i = 0; i < r->policies.size(); ++i) {
+        if (competitive_only && !Competitive(r->policies[i])) continue;
+        for (size_t t = 0; t < r->targets.size(); ++t) {
+          const Point& p = r->points[i][t];
+          if (!p.ok()) continue;
+          RankedRun run;
+          run.group = static_cast<int>(t);
+          run.nll = p.story_nll;
+          run.tokens = p.story_tokens;
+          for (const StoryRecall& s : p.story_recall) {
+            run.num.push_back(m.num(s));
+            run.den.push_back(m.den(s));
+          }
+          runs.push_back(std::move(run));
         }
-        runs.push_back(std::move(run));
       }
+      if (runs.empty()) break;
+      out.push_back(
+          RankAgreementBootstrap(runs, r->resamples, r->seed, r->level));
     }
-    if (runs.empty()) return;
-    r->recall_agreement.push_back(
-        RankAgreementBootstrap(runs, r->resamples, r->seed, r->level));
   }
 }
 
 }  // namespace
+
+bool Competitive(const SessionConfig& config) {
+  return config.ranking != Ranking::kKeyNorm &&
+         config.ranking != Ranking::kRandom;
+}
 
 const std::vector<RecallMeasure>& RecallMeasures() {
   static const std::vector<RecallMeasure> measures = {

@@ -90,10 +90,17 @@ struct ProtocolResult {
   std::vector<std::vector<PairedDifference>> vs_full;
   // --recall: how well each measure of the runs' attention recall ranks the
   // test points as perplexity does (RankAgreementBootstrap; a group is a
-  // target), in RecallMeasures() order.
+  // target), in RecallMeasures() order: over every policy, and over the
+  // competitive ones only.
   bool recall = false;
   std::vector<MeasureAgreement> recall_agreement;
+  std::vector<MeasureAgreement> recall_agreement_competitive;
 };
+
+// Whether a policy is one of the competitive ones: not keynorm or random,
+// whose perplexity is far above the rest (the plot draws those in its
+// log-scale panel only).
+bool Competitive(const SessionConfig& config);
 
 // The measures of attention recall the protocol compares with perplexity:
 // a name, and a point's numerator and denominator for one story.

@@ -13,9 +13,7 @@ namespace entrokv::tinyllama {
 namespace {
 
 // Far above the rest: drawn in the log-scale panel only.
-bool Outlier(const SessionConfig& c) {
-  return c.ranking == Ranking::kKeyNorm || c.ranking == Ranking::kRandom;
-}
+bool Outlier(const SessionConfig& c) { return !Competitive(c); }
 
 const char* Color(Ranking r) {
   switch (r) {

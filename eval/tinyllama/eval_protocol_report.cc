@@ -171,14 +171,21 @@ void AppendRecall(const ProtocolResult& r, std::string* md) {
       Num(100 * r.level, 0), "% bootstrap interval over test stories, ",
       r.resamples, " resamples, seed ", r.seed,
       "]. pooled: every policy at every target; within: the mean over targets "
-      "of ρ among the policies at that target (equal memory)\n\n"
-      "| measure | pooled | within | meaning |\n|---|---:|---:|---|\n");
+      "of ρ among the policies at that target (equal memory); competitive: "
+      "without keynorm and random\n\n"
+      "| measure | policies | pooled | within | meaning |\n"
+      "|---|---|---:|---:|---|\n");
   const std::vector<RecallMeasure>& measures = RecallMeasures();
-  for (size_t m = 0; m < r.recall_agreement.size(); ++m) {
-    const MeasureAgreement& a = r.recall_agreement[m];
-    absl::StrAppend(md, "| ", measures[m].name, " | ", AgreementCell(a.pooled),
-                    " | ", AgreementCell(a.within), " | ", measures[m].meaning,
-                    " |\n");
+  for (bool competitive : {false, true}) {
+    const std::vector<MeasureAgreement>& rows =
+        competitive ? r.recall_agreement_competitive : r.recall_agreement;
+    for (size_t m = 0; m < rows.size(); ++m) {
+      absl::StrAppend(md, "| ", measures[m].name, " | ",
+                      competitive ? "competitive" : "all", " | ",
+                      AgreementCell(rows[m].pooled), " | ",
+                      AgreementCell(rows[m].within), " | ",
+                      measures[m].meaning, " |\n");
+    }
   }
 }
 
@@ -349,14 +356,21 @@ std::string ProtocolJson(const ProtocolResult& r) {
   if (r.recall) {
     absl::StrAppend(&json, ",\n  \"recall_agreement\": [");
     const std::vector<RecallMeasure>& measures = RecallMeasures();
-    for (size_t m = 0; m < r.recall_agreement.size(); ++m) {
-      const MeasureAgreement& a = r.recall_agreement[m];
-      absl::StrAppend(
-          &json, m ? "," : "", "\n    {\"measure\": ",
-          JsonString(measures[m].name), ", \"pooled\": [", Num(a.pooled.rho, 4),
-          ", ", Num(a.pooled.lo, 4), ", ", Num(a.pooled.hi, 4),
-          "], \"within\": [", Num(a.within.rho, 4), ", ", Num(a.within.lo, 4),
-          ", ", Num(a.within.hi, 4), "], \"groups\": ", a.groups, "}");
+    const char* sep = "";
+    for (bool competitive : {false, true}) {
+      const std::vector<MeasureAgreement>& rows =
+          competitive ? r.recall_agreement_competitive : r.recall_agreement;
+      for (size_t m = 0; m < rows.size(); ++m) {
+        const MeasureAgreement& a = rows[m];
+        absl::StrAppend(
+            &json, sep, "\n    {\"measure\": ", JsonString(measures[m].name),
+            ", \"policies\": \"", competitive ? "competitive" : "all",
+            "\", \"pooled\": [", Num(a.pooled.rho, 4), ", ",
+            Num(a.pooled.lo, 4), ", ", Num(a.pooled.hi, 4), "], \"within\": [",
+            Num(a.within.rho, 4), ", ", Num(a.within.lo, 4), ", ",
+            Num(a.within.hi, 4), "], \"groups\": ", a.groups, "}");
+        sep = ",";
+      }
     }
     absl::StrAppend(&json, "\n  ]");
   }
