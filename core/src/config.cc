@@ -86,7 +86,7 @@ absl::Status ValidatePolicyParams(const SessionConfig& c) {
   if (c.budget < 1 || c.budget > kMaxBudget) {
     return Bad("budget", absl::StrCat(c.budget, " is outside [1, 2^40]"));
   }
-  if (static_cast<int>(c.ranking) > static_cast<int>(Ranking::kAffinity)) {
+  if (static_cast<int>(c.ranking) > static_cast<int>(Ranking::kExpected)) {
     return Bad("ranking", "unknown ranking");
   }
   if (c.budget_control != BudgetControl::kFixed &&
@@ -131,6 +131,10 @@ absl::Status ValidatePolicyParams(const SessionConfig& c) {
   if (!(c.h2o.recent_fraction >= 0.0 && c.h2o.recent_fraction <= 1.0)) {
     return Bad("h2o.recent_fraction",
                absl::StrCat(c.h2o.recent_fraction, " is outside [0, 1]"));
+  }
+  if (!(c.expected.ema_rate > 0.0 && c.expected.ema_rate <= 1.0)) {
+    return Bad("expected.ema_rate",
+               absl::StrCat(c.expected.ema_rate, " is outside (0, 1]"));
   }
   return absl::OkStatus();
 }
@@ -221,7 +225,12 @@ bool PolicyNeedsEntropy(const SessionConfig& config) {
 }
 
 bool RankingNeedsPerHeadQueries(Ranking ranking) {
-  return ranking == Ranking::kH2o || ranking == Ranking::kTova;
+  return ranking == Ranking::kH2o || ranking == Ranking::kTova ||
+         ranking == Ranking::kExpected;
+}
+
+bool RankingNeedsQueries(Ranking ranking) {
+  return ranking != Ranking::kKeyDiff;
 }
 
 std::vector<int32_t> DefaultScoredLayers(int32_t model_layers) {
@@ -293,6 +302,10 @@ std::string_view RankingName(Ranking ranking) {
       return "random";
     case Ranking::kAffinity:
       return "affinity";
+    case Ranking::kKeyDiff:
+      return "keydiff";
+    case Ranking::kExpected:
+      return "expected";
   }
   return "unknown";
 }
@@ -360,7 +373,7 @@ absl::Status ApplyPolicyName(std::string_view name, SessionConfig* config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "policy: unknown policy \"", std::string(name),
         "\" (want RANKING[+fixed|+entropy] or \"entropy\"; rankings: window, "
-        "streaming, h2o, tova, keynorm, random, affinity)"));
+        "streaming, h2o, tova, keynorm, random, affinity, keydiff, expected)"));
   }
   config->ranking = ranking;
   config->budget_control = control;

@@ -21,6 +21,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "cpu_kernels.h"
+#include "key_stats.h"
 #include "entrokv/core/backend.h"
 #include "layered_session.h"
 #include "slot_table.h"
@@ -67,6 +68,17 @@ class CpuSession final : public SessionState {
   // Scales `queries` in place by 1/sqrt(head_dim) and scores every live
   // entry with them.
   void Score(std::vector<float>* queries, bool need_mean, bool need_attention);
+  // The expected ranking's e_i (section 3) from its query statistics.
+  void ScoreExpected();
+  KeyPlanes Planes() const {
+    const Shape& s = config_.shape;
+    return {.type = s.element_type,
+            .keys = keys_.get(),
+            .capacity = capacity_,
+            .planes = s.layers * s.kv_heads,
+            .dim = s.vector_dim(),
+            .live = live()};
+  }
   void RemovePositions(std::vector<int32_t>* positions);
   std::byte* KeyAt(int32_t layer, int32_t kv, int64_t pos) {
     const Shape& s = config_.shape;
@@ -91,6 +103,7 @@ class CpuSession final : public SessionState {
   std::vector<double> key_norm_;
   std::vector<double> affinity_;  // Ω (seed) or its logit a (logit_ema).
   std::vector<double> h2o_acc_;
+  QueryStats query_stats_;  // expected.
 
   StepCounters counters_;
 
@@ -100,6 +113,12 @@ class CpuSession final : public SessionState {
   std::vector<float> z_;
   std::vector<double> mean_logit_;
   std::vector<double> attention_;
+  std::vector<double> key_diff_;
+  std::vector<double> expected_;
+  std::vector<double> stats_scratch_;
+  std::vector<float> expected_queries_;
+  std::vector<float> expected_z_;
+  std::vector<float> row_scratch_;
   std::vector<double> keep_;
   std::vector<uint8_t> protect_;
   std::vector<int64_t> index_scratch_;
@@ -219,6 +238,36 @@ void CpuSession::Score(std::vector<float>* queries, bool need_mean,
   }
 }
 
+void CpuSession::ScoreExpected() {
+  const Shape& s = config_.shape;
+  const int64_t n = live();
+  const int64_t rows = int64_t{s.layers} * s.q_heads;
+  const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
+  // The μ term is section 3's logit with the float of μ as the query.
+  const std::vector<double>& mean = query_stats_.mean();
+  expected_queries_.resize(mean.size());
+  for (size_t i = 0; i < mean.size(); ++i) {
+    expected_queries_[i] = static_cast<float>(mean[i]) * scale;
+  }
+  expected_z_.resize(static_cast<size_t>(rows * n));
+  ScoreKeys({.type = s.element_type,
+             .keys = keys_.get(),
+             .capacity = capacity_,
+             .layers = s.layers,
+             .kv_heads = s.kv_heads,
+             .group = s.group_size(),
+             .head_dim = s.vector_dim(),
+             .live = n,
+             .queries = expected_queries_.data(),
+             .z = expected_z_.data(),
+             .z_stride = n});
+  AddVarianceTerm(Planes(), s.group_size(), s.head_dim, query_stats_.var(),
+                  expected_z_.data(), n, &row_scratch_);
+  expected_.assign(static_cast<size_t>(n), 0.0);
+  AccumulateSoftmax(expected_z_.data(), rows, n,
+                    1.0 / static_cast<double>(rows), expected_.data());
+}
+
 void CpuSession::RemovePositions(std::vector<int32_t>* positions) {
   const Shape& s = config_.shape;
   const int64_t row = int64_t{s.vector_dim()} * esize_;
@@ -268,8 +317,17 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   counters_.bytes_copied += decoded_.bytes_written;
   Append(input, decoded_.appended);
   const int64_t n = live();
-  if (need_mean || need_attention) {
+  if (ranking == Ranking::kExpected) {
+    // Before Score scales the queries in place.
+    query_stats_.Update(decoded_.queries.data(), decoded_.queries.size(),
+                        config_.expected.ema_rate);
+  }
+  if ((need_mean || need_attention) && decoded_.has_queries) {
     Score(&decoded_.queries, need_mean, need_attention);
+  } else if (trace != nullptr) {
+    // keydiff reads no query: a step may come without one (section 1).
+    mean_logit_.assign(static_cast<size_t>(n), 0.0);
+    attention_.assign(static_cast<size_t>(n), 0.0);
   }
 
   const double h = decoded_.entropy;
@@ -299,6 +357,10 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
     view.h2o_recent_from = H2oRecentFrom(config_.h2o.recent_fraction, budget,
                                          table_.indices(), &index_scratch_);
   }
+  if (rank_now && ranking == Ranking::kKeyDiff) {
+    KeyDiffScores(Planes(), &key_diff_, &stats_scratch_);
+  }
+  if (rank_now && ranking == Ranking::kExpected && n > 0) ScoreExpected();
   const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
   keep_.resize(static_cast<size_t>(n));
   protect_.resize(static_cast<size_t>(n));
@@ -311,7 +373,9 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                .h2o_acc = h2o_acc_[p],
                .omega = ranking == Ranking::kAffinity
                             ? rule::Omega(seed_rule, affinity_[p])
-                            : 0.0});
+                            : 0.0,
+               .key_diff = ranking == Ranking::kKeyDiff ? key_diff_[p] : 0.0,
+               .expected = ranking == Ranking::kExpected ? expected_[p] : 0.0});
     protect_[p] = rule::IsProtected(
         config_.protection.sinks, config_.protection.recent, index,
         table_.next_index(), table_.pinned()[p] != 0);

@@ -128,7 +128,7 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
   const bool forced =
       config_.hard_ceiling > 0 && live + n > config_.hard_ceiling;
   const bool decide = scheduled || forced;
-  if (decide && input.queries.empty() &&
+  if (decide && input.queries.empty() && RankingNeedsQueries(config_.ranking) &&
       (!last_step_.has_value() || input.step == *last_step_ + 1)) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queries: required, step ", input.step, " is a decision step (",

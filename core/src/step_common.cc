@@ -132,7 +132,9 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
                      shape.vector_dim(), " x ", esize, " bytes)"));
   }
   const int64_t query_bytes = shape.query_elements() * esize;
-  const bool has_queries = rules.decision || !input.queries.empty();
+  const bool has_queries =
+      (rules.decision && RankingNeedsQueries(config.ranking)) ||
+      !input.queries.empty();
   if (has_queries &&
       static_cast<int64_t>(input.queries.size()) != query_bytes) {
     return absl::InvalidArgumentError(absl::StrCat(

@@ -96,9 +96,10 @@ struct StepRules {
   // The step number must be last_step + 1; else only greater than last_step
   // (a backend under a cadence sees only decision steps, section 11).
   bool consecutive = true;
-  // Queries (and, for policies that read it, an entropy) must be sent; else
-  // they may be absent (a step that makes no decision), and are checked and
-  // decoded only when present.
+  // Queries (unless the ranking reads none, RankingNeedsQueries) and, for
+  // policies that read it, an entropy must be sent; else they may be absent
+  // (a step that makes no decision), and are checked and decoded only when
+  // present.
   bool decision = true;
   // Decode the queries into DecodedStep::queries (a backend scores with
   // them); else they are only checked, in place.
@@ -132,7 +133,8 @@ inline StepRules BackendStepRules(const SessionConfig& config,
                                   const ScoreNeeds& needs) {
   return {.consecutive = config.decide_every <= 1,
           .decision = true,
-          .decode_queries = needs.any()};
+          .decode_queries =
+              needs.any() || config.ranking == Ranking::kExpected};
 }
 
 // Checks `input` against the session (docs/step-semantics.md section 1, all

@@ -65,8 +65,9 @@ struct Shape {
 // Ranking (which entries matter least) is defined in rule.h, beside the
 // keep scores that use it.
 inline constexpr Ranking kAllRankings[] = {
-    Ranking::kWindow,  Ranking::kStreaming, Ranking::kH2o,     Ranking::kTova,
-    Ranking::kKeyNorm, Ranking::kRandom,    Ranking::kAffinity};
+    Ranking::kWindow,   Ranking::kStreaming, Ranking::kH2o,
+    Ranking::kTova,     Ranking::kKeyNorm,   Ranking::kRandom,
+    Ranking::kAffinity, Ranking::kKeyDiff,   Ranking::kExpected};
 
 enum class BudgetControl : uint8_t { kFixed, kEntropy };
 inline constexpr BudgetControl kAllBudgetControls[] = {BudgetControl::kFixed,
@@ -104,6 +105,13 @@ struct H2oParams {
   double recent_fraction = 0.5;  // Share of the step's budget kept as recent.
 };
 
+// The `expected` ranking's Gaussian model of future queries: per (layer, q
+// head), an exponential moving mean and diagonal variance of the decision
+// steps' queries (docs/step-semantics.md section 5).
+struct ExpectedParams {
+  double ema_rate = 0.05;  // In (0, 1]; 1: the step's own query only.
+};
+
 struct Protection {
   int64_t sinks = 0;   // The first `sinks` entries ever appended are kept.
   int64_t recent = 0;  // The last `recent` entries appended are kept.
@@ -117,6 +125,7 @@ struct SessionConfig {
   AffinityParams affinity;
   EntropyBudgetParams entropy_budget;
   H2oParams h2o;
+  ExpectedParams expected;
   int64_t streaming_sinks = 4;  // kStreaming: entries always ranked first.
   uint64_t seed = 0;            // kRandom.
   Protection protection;
@@ -150,9 +159,14 @@ absl::Status ValidateSessionConfig(const SessionConfig& config);
 // budget); such steps must carry an entropy or logits.
 bool PolicyNeedsEntropy(const SessionConfig& config);
 
-// True when the ranking needs each q head's attention (tova, h2o), which a
-// kGroupSum query cannot give.
+// True when the ranking needs each q head's query (tova, h2o: the per-head
+// softmax; expected: the per-head query statistics), which a kGroupSum query
+// cannot give.
 bool RankingNeedsPerHeadQueries(Ranking ranking);
+
+// False for the one ranking that reads no query (keydiff): its decision steps
+// may omit queries (docs/step-semantics.md section 1).
+bool RankingNeedsQueries(Ranking ranking);
 
 // The model layers a session scores by default for a model of `model_layers`
 // layers: all of them up to 4; otherwise 4 spread evenly, layer

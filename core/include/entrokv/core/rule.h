@@ -32,6 +32,8 @@ enum class Ranking : uint8_t {
   kKeyNorm,    // The lowest key L2 norms.
   kRandom,     // A seeded uniform choice among the unprotected.
   kAffinity,   // The highest affinity (this project).
+  kKeyDiff,    // The keys least like the live keys' mean direction (KeyDiff).
+  kExpected,   // The highest attention expected of future queries.
 };
 
 namespace rule {
@@ -87,6 +89,8 @@ struct EntryView {
   double attention = 0.0;  // a_i at this step (tova), section 3.
   double h2o_acc = 0.0;    // Accumulated attention, this step's included.
   double omega = 0.0;      // Ω after this step's update.
+  double key_diff = 0.0;   // keydiff: −mean cos(k_i, anchor), section 3.
+  double expected = 0.0;   // expected: e_i at this step, section 3.
 };
 
 // What it reads of the step.
@@ -117,6 +121,10 @@ ENTROKV_RULE_FN double KeepScore(const StepView& s, const EntryView& e) {
       return RandomKeepScore(s.seed, e.index, s.step);
     case Ranking::kAffinity:
       return e.omega;
+    case Ranking::kKeyDiff:
+      return e.key_diff;
+    case Ranking::kExpected:
+      return e.expected;
   }
   return 0.0;
 }

@@ -1,0 +1,94 @@
+#include "key_stats.h"
+
+#include <algorithm>
+#include <cmath>
+
+namespace entrokv::internal {
+namespace {
+
+const std::byte* Row(const KeyPlanes& k, int32_t plane, int64_t pos) {
+  return k.keys + ((int64_t{plane} * k.capacity + pos) * k.dim) *
+                      static_cast<int64_t>(ElementSize(k.type));
+}
+
+}  // namespace
+
+void KeyDiffScores(const KeyPlanes& keys, std::vector<double>* out,
+                   std::vector<double>* scratch) {
+  const int64_t n = keys.live;
+  const int32_t d = keys.dim;
+  out->assign(static_cast<size_t>(n), 0.0);
+  if (n == 0) return;
+  // scratch: d floats' worth of the decoded row (as doubles), the anchor,
+  // and the per-position inverse norms.
+  scratch->resize(static_cast<size_t>(2 * d + n));
+  double* anchor = scratch->data();
+  double* inv_norm = anchor + d;
+  std::vector<float> row(static_cast<size_t>(d));
+  for (int32_t plane = 0; plane < keys.planes; ++plane) {
+    std::fill(anchor, anchor + d, 0.0);
+    for (int64_t p = 0; p < n; ++p) {
+      DecodeElements(keys.type, Row(keys, plane, p), row.size(), row.data());
+      double sq = 0.0;
+      for (int32_t j = 0; j < d; ++j) sq += double{row[j]} * row[j];
+      const double norm = std::sqrt(sq);
+      inv_norm[p] = norm > 0.0 ? 1.0 / norm : 0.0;
+      for (int32_t j = 0; j < d; ++j) anchor[j] += row[j] * inv_norm[p];
+    }
+    double anchor_sq = 0.0;
+    for (int32_t j = 0; j < d; ++j) {
+      anchor[j] /= static_cast<double>(n);
+      anchor_sq += anchor[j] * anchor[j];
+    }
+    const double anchor_norm = std::sqrt(anchor_sq);
+    if (anchor_norm == 0.0) continue;  // Every cosine is 0.
+    for (int64_t p = 0; p < n; ++p) {
+      if (inv_norm[p] == 0.0) continue;
+      DecodeElements(keys.type, Row(keys, plane, p), row.size(), row.data());
+      double dot = 0.0;
+      for (int32_t j = 0; j < d; ++j) dot += row[j] * anchor[j];
+      (*out)[p] -= dot * inv_norm[p] / anchor_norm;
+    }
+  }
+  for (double& v : *out) v /= static_cast<double>(keys.planes);
+}
+
+void QueryStats::Update(const float* queries, size_t count, double rate) {
+  if (mean_.size() != count) {
+    mean_.assign(queries, queries + count);
+    var_.assign(count, 0.0);
+    return;
+  }
+  for (size_t i = 0; i < count; ++i) {
+    const double delta = double{queries[i]} - mean_[i];
+    var_[i] = (1.0 - rate) * (var_[i] + rate * delta * delta);
+    mean_[i] += rate * delta;
+  }
+}
+
+void AddVarianceTerm(const KeyPlanes& keys, int32_t group, int32_t head_dim,
+                     const std::vector<double>& var, float* z,
+                     int64_t z_stride, std::vector<float>* scratch) {
+  const int32_t d = keys.dim;
+  const double inv = 1.0 / (2.0 * head_dim);
+  scratch->resize(static_cast<size_t>(d));
+  float* row = scratch->data();
+  for (int32_t plane = 0; plane < keys.planes; ++plane) {
+    for (int64_t p = 0; p < keys.live; ++p) {
+      DecodeElements(keys.type, Row(keys, plane, p), static_cast<size_t>(d),
+                     row);
+      for (int32_t g = 0; g < group; ++g) {
+        const int64_t r = int64_t{plane} * group + g;
+        const double* v = var.data() + r * d;
+        double term = 0.0;
+        for (int32_t j = 0; j < d; ++j) {
+          term += v[j] * (double{row[j]} * row[j]);
+        }
+        float* zp = z + r * z_stride + p;
+        *zp = static_cast<float>(double{*zp} + term * inv);
+      }
+    }
+  }
+}
+
+}  // namespace entrokv::internal

@@ -1,0 +1,191 @@
+// The rankings of 2025 (keydiff, expected) on tiny cases whose scores are
+// worked out here, from docs/step-semantics.md sections 3, 5 and 7, not from
+// the backend. One layer, one head, d = 2, f32 (TinySession: Step(x, y)
+// sends a query whose scaled logit of key k is x·k0 + y·k1).
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <vector>
+
+#include "core_test_util.h"
+#include "entrokv/core/backend.h"
+#include "entrokv/core/config.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "testing/status_matchers.h"
+
+namespace entrokv {
+namespace {
+
+using ::entrokv::testing::StepBuilder;
+using ::entrokv::testing::TinyConfig;
+using ::entrokv::testing::TinySession;
+using ::testing::ElementsAre;
+
+// ---------------------------------------------------------------- keydiff
+
+// −cos(k, m) for d = 2, m the mean of the live keys' unit vectors.
+std::vector<double> MinusCosToMeanDirection(
+    const std::vector<std::pair<double, double>>& keys) {
+  double m0 = 0.0, m1 = 0.0;
+  for (auto [a, b] : keys) {
+    const double norm = std::hypot(a, b);
+    m0 += a / norm / keys.size();
+    m1 += b / norm / keys.size();
+  }
+  const double m = std::hypot(m0, m1);
+  std::vector<double> out;
+  for (auto [a, b] : keys) {
+    out.push_back(-(a * m0 + b * m1) / std::hypot(a, b) / m);
+  }
+  return out;
+}
+
+TEST(KeyDiffRankingTest, EvictsTheKeysMostAlignedWithTheMeanDirection) {
+  TinySession session(
+      TinyConfig(Ranking::kKeyDiff, BudgetControl::kFixed, /*budget=*/2));
+  session.Append(1, 1.0f, 0.0f)
+      .Append(2, 0.0f, 1.0f)
+      .Append(3, 1.0f, 0.1f)
+      .Append(4, 2.0f, 0.0f);
+  // Unit vectors (1,0), (0,1), (0.995,0.0995), (1,0): the mean points near
+  // (1,0), so 3 (cos 0.968) goes first, then 1 and 4 tie (cos 0.939) and the
+  // older, 1, goes. 2 (cos 0.345) is the most distinctive. The query plays
+  // no part.
+  const StepResult result = session.Step(5.0f, -3.0f);
+  EXPECT_THAT(result.evicted, ElementsAre(1, 3));
+  EXPECT_THAT(session.Live(), ElementsAre(2, 4));
+  const std::vector<double> want =
+      MinusCosToMeanDirection({{1, 0}, {0, 1}, {1, 0.1}, {2, 0}});
+  EXPECT_NEAR(want[2], -0.968374, 1e-6);  // The worked value above.
+  for (uint64_t slot = 1; slot <= 4; ++slot) {
+    EXPECT_NEAR(session.RankScore(slot), want[slot - 1], 1e-9) << slot;
+  }
+}
+
+TEST(KeyDiffRankingTest, AZeroKeyHasCosineZero) {
+  TinySession session(
+      TinyConfig(Ranking::kKeyDiff, BudgetControl::kFixed, /*budget=*/1));
+  session.Append(1, 0.0f, 0.0f).Append(2, 3.0f, 4.0f);
+  // m = ((0,0) + (0.6,0.8)) / 2: entry 2 has cosine 1, the zero key 0.
+  const StepResult result = session.StepFlat();
+  EXPECT_THAT(result.evicted, ElementsAre(2));
+  EXPECT_DOUBLE_EQ(session.RankScore(1), 0.0);
+}
+
+TEST(KeyDiffRankingTest, ADecisionStepMayOmitTheQueries) {
+  SessionConfig config =
+      TinyConfig(Ranking::kKeyDiff, BudgetControl::kFixed, /*budget=*/2);
+  ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend(BackendKind::kCpu));
+  ASSERT_OK_AND_ASSIGN(auto session, backend->CreateSession(config, {}));
+  StepBuilder builder(config.shape);
+  builder.Append(1, {1.0f, 0.0f})
+      .Append(2, {0.0f, 1.0f})
+      .Append(3, {1.0f, 0.1f});
+  StepResult result;
+  ASSERT_OK(session->Step(builder.Build(1), &result));
+  EXPECT_THAT(result.evicted, ElementsAre(3));
+
+  // Another ranking still needs them.
+  config.ranking = Ranking::kWindow;
+  ASSERT_OK_AND_ASSIGN(auto window, backend->CreateSession(config, {}));
+  StepBuilder again(config.shape);
+  again.Append(1, {1.0f, 0.0f});
+  const absl::Status refused = window->Step(again.Build(1), &result);
+  EXPECT_STATUS_CODE(refused, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.message(), ::testing::HasSubstr("queries"));
+}
+
+// ---------------------------------------------------------------- expected
+
+TEST(ExpectedRankingTest, ScoresKeysByTheAttentionOfTheGaussianQueryModel) {
+  SessionConfig config =
+      TinyConfig(Ranking::kExpected, BudgetControl::kFixed, /*budget=*/2);
+  config.expected.ema_rate = 0.5;
+  TinySession session(config);
+  // Step 1: μ = q = √2·(2, 0), σ² = 0: logits 2, 0, 2; slot 2 goes.
+  session.Append(1, 1.0f, 0.0f).Append(2, 0.0f, 1.0f).Append(3, 1.0f, 1.0f);
+  EXPECT_THAT(session.Step(2.0f, 0.0f).evicted, ElementsAre(2));
+
+  // Step 2: q = √2·(0, 2). δ = q − μ = √2·(−2, 2); σ² = (1 − ½)(0 + ½δ²) =
+  // (2, 2); μ = μ + ½δ = √2·(1, 1). Expected logit of key k:
+  // μ·k/√2 + Σ σ²_j k_j² / (2·2) = k0 + k1 + (k0² + k1²)/2.
+  session.Append(4, 0.0f, 0.5f);
+  const StepResult result = session.Step(0.0f, 2.0f);
+  auto logit = [](double k0, double k1) {
+    return k0 + k1 + (k0 * k0 + k1 * k1) / 2;
+  };
+  const double z1 = logit(1, 0), z3 = logit(1, 1), z4 = logit(0, 0.5);
+  const double sum = std::exp(z1) + std::exp(z3) + std::exp(z4);
+  EXPECT_NEAR(session.RankScore(1), std::exp(z1) / sum, 1e-6);
+  EXPECT_NEAR(session.RankScore(3), std::exp(z3) / sum, 1e-6);
+  EXPECT_NEAR(session.RankScore(4), std::exp(z4) / sum, 1e-6);
+  // This step's own query (tova) would evict 1 (logit 0 against 1 for 4);
+  // the model of the queries remembers step 1's and evicts 4.
+  EXPECT_THAT(result.evicted, ElementsAre(4));
+  EXPECT_THAT(session.Live(), ElementsAre(1, 3));
+}
+
+TEST(ExpectedRankingTest, RateOneIsTovaStepForStep) {
+  // With ema_rate 1 the model is the step's own query with no variance, so
+  // every keep score and eviction must equal tova's.
+  SessionConfig expected;
+  expected.shape.layers = 2;
+  expected.shape.kv_heads = 2;
+  expected.shape.q_heads = 4;
+  expected.shape.head_dim = 8;
+  expected.shape.element_type = ElementType::kF16;
+  expected.budget = 12;
+  expected.ranking = Ranking::kExpected;
+  expected.budget_control = BudgetControl::kFixed;
+  expected.expected.ema_rate = 1.0;
+  expected.protection.sinks = 1;
+  SessionConfig tova = expected;
+  tova.ranking = Ranking::kTova;
+  ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend(BackendKind::kCpu));
+  ASSERT_OK_AND_ASSIGN(auto a, backend->CreateSession(expected, {}));
+  ASSERT_OK_AND_ASSIGN(auto b, backend->CreateSession(tova, {}));
+  std::mt19937 rng(7);
+  std::normal_distribution<float> normal;
+  uint64_t slot = 100;
+  int64_t evicted = 0;
+  for (uint64_t step = 1; step <= 40; ++step) {
+    StepBuilder builder(expected.shape);
+    for (int i = 0; i < (step == 1 ? 10 : 1); ++i) {
+      std::vector<float> key(expected.shape.key_elements());
+      for (float& x : key) x = normal(rng);
+      builder.Append(slot++, key);
+    }
+    std::vector<float> query(expected.shape.query_elements());
+    for (float& x : query) x = normal(rng);
+    builder.Query(query);
+    StepResult ra, rb;
+    StepTrace ta, tb;
+    ASSERT_OK(a->Step(builder.Build(step), &ra, &ta));
+    ASSERT_OK(b->Step(builder.Build(step), &rb, &tb));
+    ASSERT_EQ(ra.evicted, rb.evicted) << "step " << step;
+    ASSERT_EQ(ta.rank_score, tb.rank_score) << "step " << step;
+    evicted += static_cast<int64_t>(ra.evicted.size());
+  }
+  EXPECT_GT(evicted, 20);
+}
+
+TEST(ExpectedRankingTest, NeedsPerHeadQueriesAndARateInRange) {
+  SessionConfig config =
+      TinyConfig(Ranking::kExpected, BudgetControl::kFixed, /*budget=*/2);
+  config.shape.query_form = QueryForm::kGroupSum;
+  absl::Status st = ValidateSessionConfig(config);
+  EXPECT_STATUS_CODE(st, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("shape.query_form"));
+  config.shape.query_form = QueryForm::kPerHead;
+  for (double bad : {0.0, -0.1, 1.5, std::nan("")}) {
+    config.expected.ema_rate = bad;
+    st = ValidateSessionConfig(config);
+    EXPECT_STATUS_CODE(st, absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(st.message(), ::testing::HasSubstr("expected.ema_rate"));
+  }
+}
+
+}  // namespace
+}  // namespace entrokv
