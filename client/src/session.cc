@@ -121,8 +121,10 @@ absl::Status Session::Impl::Validate(const StepRequest& request,
         " entries x ", key_elements, " (layers x kv_heads x head_dim)"));
   }
   const bool decides = NextStepDecides(static_cast<int64_t>(n));
+  // keydiff reads no query: its decision steps may omit them.
+  const bool needs_queries = decides && RankingNeedsQueries(config_.ranking);
   if (request.queries.size() != query_elements &&
-      (decides || !request.queries.empty())) {
+      (needs_queries || !request.queries.empty())) {
     return absl::InvalidArgumentError(absl::StrCat(
         "queries: ", request.queries.size(), " elements, expected ",
         query_elements, " (layers x q_heads x head_dim)",
@@ -245,7 +247,7 @@ absl::Status Session::Impl::Prepare(const StepRequest& request,
         NextStepDecides(static_cast<int64_t>(request.slot_ids.size()));
     if (sketcher_->identity()) {
       AppendConverted(request.keys, type, append->mutable_keys());
-      if (decides) {
+      if (decides && !request.queries.empty()) {
         AppendConverted(request.queries, type, out->mutable_queries());
       }
     } else {
@@ -255,7 +257,7 @@ absl::Status Session::Impl::Prepare(const StepRequest& request,
                       &scratch_out_);
       AppendConverted(VectorView::F32(scratch_out_), type,
                       append->mutable_keys());
-      if (decides) {
+      if (decides && !request.queries.empty()) {
         ToFloats(request.queries, &scratch_in_);
         sketcher_->Queries(scratch_in_, &scratch_out_);
         AppendConverted(VectorView::F32(scratch_out_), type,

@@ -56,6 +56,12 @@ absl::Status FromProto(v1::Ranking in, Ranking* out) {
     case v1::RANKING_AFFINITY:
       *out = Ranking::kAffinity;
       return absl::OkStatus();
+    case v1::RANKING_KEYDIFF:
+      *out = Ranking::kKeyDiff;
+      return absl::OkStatus();
+    case v1::RANKING_EXPECTED:
+      *out = Ranking::kExpected;
+      return absl::OkStatus();
     default:
       return UnknownEnum("config.ranking", in);
   }
@@ -194,6 +200,9 @@ absl::Status FromProto(const v1::SessionConfig& proto, SessionConfig* out) {
   if (eb.has_min_budget()) config.entropy_budget.min_budget = eb.min_budget();
   if (eb.has_max_budget()) config.entropy_budget.max_budget = eb.max_budget();
 
+  if (proto.expected().has_ema_rate()) {
+    config.expected.ema_rate = proto.expected().ema_rate();
+  }
   if (proto.h2o().has_recent_fraction()) {
     config.h2o.recent_fraction = proto.h2o().recent_fraction();
   }
@@ -268,6 +277,10 @@ v1::Ranking ToProto(Ranking ranking) {
       return v1::RANKING_RANDOM;
     case Ranking::kAffinity:
       return v1::RANKING_AFFINITY;
+    case Ranking::kKeyDiff:
+      return v1::RANKING_KEYDIFF;
+    case Ranking::kExpected:
+      return v1::RANKING_EXPECTED;
   }
   return v1::RANKING_UNSPECIFIED;
 }
@@ -340,6 +353,7 @@ void ToProto(const SessionConfig& config, v1::SessionConfig* out) {
   eb->set_min_budget(config.entropy_budget.min_budget);
   eb->set_max_budget(config.entropy_budget.max_budget);
   out->mutable_h2o()->set_recent_fraction(config.h2o.recent_fraction);
+  out->mutable_expected()->set_ema_rate(config.expected.ema_rate);
   out->set_streaming_sinks(config.streaming_sinks);
   out->set_seed(config.seed);
   out->mutable_protection()->set_sinks(config.protection.sinks);

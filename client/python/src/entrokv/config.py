@@ -15,7 +15,8 @@ from typing import List, Optional
 
 from .errors import EntroKvError, invalid
 
-RANKINGS = ("window", "streaming", "h2o", "tova", "keynorm", "random", "affinity")
+RANKINGS = ("window", "streaming", "h2o", "tova", "keynorm", "random", "affinity",
+            "keydiff", "expected")
 BUDGET_CONTROLS = ("fixed", "entropy")
 ELEMENT_TYPES = ("f32", "f16", "bf16")
 QUERY_FORMS = ("per_head", "group_sum")
@@ -106,6 +107,7 @@ class SessionConfig:
     affinity: AffinityParams = field(default_factory=AffinityParams)
     entropy_budget: EntropyBudgetParams = field(default_factory=EntropyBudgetParams)
     h2o_recent_fraction: float = 0.5
+    expected_ema_rate: float = 0.05  # expected ranking: query statistics' rate.
     streaming_sinks: int = 4
     seed: int = 0
     protection: Protection = field(default_factory=Protection)
@@ -154,7 +156,7 @@ def apply_policy_name(name: str, config: SessionConfig) -> None:
         raise invalid(
             f'policy: unknown policy "{name}" (want RANKING[+fixed|+entropy] or '
             '"entropy"; rankings: window, streaming, h2o, tova, keynorm, random, '
-            "affinity)")
+            "affinity, keydiff, expected)")
     config.ranking = parts[0]
     config.budget_control = parts[1] if len(parts) == 2 else "fixed"
 
@@ -163,6 +165,15 @@ def policy_needs_entropy(config: SessionConfig) -> bool:
     """True when the policy reads the step's entropy (affinity ranking or
     entropy budget): its decision steps must carry an entropy or logits."""
     return config.ranking == "affinity" or config.budget_control == "entropy"
+
+
+# Rankings that need each q head's query (C++'s RankingNeedsPerHeadQueries).
+PER_HEAD_RANKINGS = ("h2o", "tova", "expected")
+
+
+def ranking_needs_queries(ranking: str) -> bool:
+    """False for keydiff, whose decision steps may omit queries."""
+    return ranking != "keydiff"
 
 
 def default_scored_layers(model_layers: int) -> List[int]:
@@ -231,6 +242,9 @@ def validate_config(c: SessionConfig) -> None:
     if not 0.0 <= c.h2o_recent_fraction <= 1.0:
         raise bad("h2o.recent_fraction",
                   f"{_g(c.h2o_recent_fraction)} is outside [0, 1]")
+    if not 0.0 < c.expected_ema_rate <= 1.0:
+        raise bad("expected.ema_rate",
+                  f"{_g(c.expected_ema_rate)} is outside (0, 1]")
     for name, v in (("streaming_sinks", c.streaming_sinks),
                     ("protection.sinks", c.protection.sinks),
                     ("protection.recent", c.protection.recent)):
@@ -240,7 +254,7 @@ def validate_config(c: SessionConfig) -> None:
         raise bad("block_size", f"{c.block_size} is outside [1, 65536]")
     if c.block_reduce not in BLOCK_REDUCES:
         raise bad("block_reduce", "unknown reduction")
-    if s.query_form == "group_sum" and c.ranking in ("h2o", "tova"):
+    if s.query_form == "group_sum" and c.ranking in PER_HEAD_RANKINGS:
         raise bad("shape.query_form",
                   "group_sum queries give no per-head attention, which ranking "
                   f"{c.ranking} needs")
@@ -296,6 +310,7 @@ def to_proto(c: SessionConfig, pb2) -> "object":
     m.entropy_budget.min_budget = e.min_budget
     m.entropy_budget.max_budget = e.max_budget
     m.h2o.recent_fraction = c.h2o_recent_fraction
+    m.expected.ema_rate = c.expected_ema_rate
     m.streaming_sinks = c.streaming_sinks
     m.seed = c.seed
     m.protection.sinks = c.protection.sinks
@@ -356,6 +371,7 @@ def from_proto(m, base: Optional[SessionConfig] = None) -> SessionConfig:
             min_budget=_opt(e, "min_budget", be.min_budget),
             max_budget=_opt(e, "max_budget", be.max_budget)),
         h2o_recent_fraction=_opt(m.h2o, "recent_fraction", b.h2o_recent_fraction),
+        expected_ema_rate=_opt(m.expected, "ema_rate", b.expected_ema_rate),
         streaming_sinks=_opt(m, "streaming_sinks", b.streaming_sinks),
         seed=m.seed or b.seed,
         protection=Protection(

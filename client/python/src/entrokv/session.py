@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any, Callable, Deque, List, Optional, Tuple
 import grpc
 
 from ._stubs import pb2
-from .config import SessionConfig, policy_needs_entropy
+from .config import SessionConfig, policy_needs_entropy, ranking_needs_queries
 from .decode_stream import DecodeStream, seconds_left
 from .errors import SERVER_SIDE, EntroKvError, code_of, failed_precondition, invalid
 from .live_set import LiveSet, StreamingRule
@@ -413,7 +413,8 @@ class Session(SessionRecovery):
             raise invalid(f"append.keys: {keys.size} elements, expected {n} "
                           f"entries x {key_elements} (layers x kv_heads x head_dim)")
         decides = self.next_step_decides(n)
-        if queries.size != query_elements and (decides or queries.size != 0):
+        needs_queries = decides and ranking_needs_queries(self._config.ranking)
+        if queries.size != query_elements and (needs_queries or queries.size != 0):
             suffix = (" on a decision step"
                       if decides and self._config.decide_every > 1 else "")
             raise invalid(f"queries: {queries.size} elements, expected "
@@ -466,12 +467,12 @@ class Session(SessionRecovery):
             wire = self._config.shape.element_type
             if self._sketcher.identity:
                 out.append.keys = r_keys + convert(k, kkind, wire).tobytes()
-                if decides:
+                if decides and q.size > 0:
                     out.queries = convert(q, qkind, wire).tobytes()
             else:
                 sk = self._sketcher.keys(to_float32(k, kkind), len(ids))
                 out.append.keys = r_keys + convert(sk, "f32", wire).tobytes()
-                if decides:
+                if decides and q.size > 0:
                     sq = self._sketcher.queries(to_float32(q, qkind))
                     out.queries = convert(sq, "f32", wire).tobytes()
             if not decides:
