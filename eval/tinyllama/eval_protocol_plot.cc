@@ -31,14 +31,18 @@ const char* Color(Ranking r) {
       return "#ff7f0e";
     case Ranking::kAffinity:
       return "#d62728";
+    case Ranking::kKeyDiff:
+      return "#17becf";
+    case Ranking::kExpected:
+      return "#e377c2";
   }
   return "#000000";
 }
 
 // Filled point types for fixed, the open ones for entropy.
 int PointType(const SessionConfig& c) {
-  static constexpr int kFilled[] = {5, 7, 9, 11, 13, 3, 15};
-  const int p = kFilled[static_cast<int>(c.ranking) % 7];
+  static constexpr int kFilled[] = {5, 7, 9, 11, 13, 3, 15, 7, 9};
+  const int p = kFilled[static_cast<int>(c.ranking) % 9];
   return c.budget_control == BudgetControl::kEntropy && p != 3 ? p - 1 : p;
 }
 
