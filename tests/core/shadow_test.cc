@@ -162,6 +162,56 @@ TEST_F(ShadowSetTest, RecallAndJaccardMatchAnIndependentComputation) {
   EXPECT_LE(stats.primary.recall.mean, stats.oracle.recall.mean + 1e-12);
 }
 
+TEST_F(ShadowSetTest, KeyDiffAndExpectedRunAsShadowsAsTheyRunAlone) {
+  // Each shadow's recall must be that of the live set a standalone session of
+  // its policy holds after the same steps (slot id = append index here).
+  const SessionConfig primary = Window(3);
+  std::vector<SessionConfig> policies;
+  for (const char* name : {"keydiff", "expected"}) {
+    SessionConfig c = Window(3);
+    ASSERT_OK(ApplyPolicyName(name, &c));
+    c.budget = 3;
+    policies.push_back(c);
+  }
+  ShadowOptions options;
+  options.policies = policies;
+  ASSERT_OK_AND_ASSIGN(auto shadows, ShadowSet::Create(primary, options));
+  ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend(BackendKind::kCpu));
+  ASSERT_OK_AND_ASSIGN(auto session, backend->CreateSession(primary, {}));
+  std::vector<std::unique_ptr<SessionState>> alone;
+  for (const SessionConfig& c : policies) {
+    ASSERT_OK_AND_ASSIGN(auto a, backend->CreateSession(c, {}));
+    alone.push_back(std::move(a));
+  }
+  std::vector<std::vector<double>> want(policies.size());
+  for (int t = 0; t < kSteps; ++t) {
+    const uint64_t slot = t;
+    const StepInput in = Input(t, &slot);
+    StepResult result;
+    ASSERT_OK(session->Step(in, &result));
+    StepRecall scored;
+    ASSERT_TRUE(shadows->Observe(in, result, &scored));
+    for (size_t p = 0; p < policies.size(); ++p) {
+      StepResult r;
+      ASSERT_OK(alone[p]->Step(in, &r));
+      const std::vector<uint64_t> live = alone[p]->LiveSlots();
+      want[p].push_back(ExpectedRecall(t, [&](int i) {
+        return std::find(live.begin(), live.end(), uint64_t(i)) != live.end();
+      }));
+      EXPECT_NEAR(scored.shadows[p], want[p].back(), kRecallTolerance)
+          << RankingName(policies[p].ranking) << " step " << t;
+    }
+  }
+  const ShadowStats stats = shadows->Stats();
+  ASSERT_EQ(stats.shadows.size(), 2u);
+  for (size_t p = 0; p < policies.size(); ++p) {
+    EXPECT_OK(stats.shadows[p].status);
+    ExpectSummary(stats.shadows[p].recall, Summarize(want[p]));
+  }
+  EXPECT_EQ(stats.shadows[0].policy, "keydiff+fixed");
+  EXPECT_EQ(stats.shadows[1].policy, "expected+fixed");
+}
+
 TEST_F(ShadowSetTest, ThePrimarysAnswersAreTheSameWithAndWithoutShadows) {
   SessionConfig primary = Window(4);
   ASSERT_OK(ApplyPolicyName("tova", &primary));
