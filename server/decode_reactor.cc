@@ -1,0 +1,438 @@
+#include "server/decode_reactor.h"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/time/time.h"
+#include "entrokv/core/session.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/wire_format_lite.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "grpcpp/support/proto_buffer_reader.h"
+#include "proto/convert/config_convert.h"
+#include "proto/convert/shadow_convert.h"
+#include "server/log_format.h"
+#include "server/raw_messages.h"
+#include "server/status_conversion.h"
+#include "server/step_input.h"
+#include "spdlog/spdlog.h"
+
+
+namespace entrokv::server {
+namespace {
+
+using ::google::protobuf::internal::WireFormatLite;
+using proto::FromProto;
+using proto::ToProto;
+
+// Session ids a status or log line names before "and N more".
+constexpr size_t kIdsNamed = 8;
+
+std::string NameIds(const std::vector<std::string>& ids) {
+  std::string out;
+  for (size_t i = 0; i < ids.size() && i < kIdsNamed; ++i) {
+    absl::StrAppend(&out, i == 0 ? "" : ", ", ids[i]);
+  }
+  if (ids.size() > kIdsNamed) {
+    absl::StrAppend(&out, " and ", ids.size() - kIdsNamed, " more");
+  }
+  return out;
+}
+
+// One Decode stream. Reads and writes strictly alternate (a request is read
+// only after the previous response was written), so at most one of this
+// reactor's callbacks runs at a time and `attached_` needs no lock.
+//
+// A session closed (or reclaimed) while this stream holds it keeps its state
+// alive through `attached_`: the stream alone may touch that state, so it
+// alone frees it, at the start of the next message it handles (or when it
+// ends). A closed session therefore holds its bytes for at most one message.
+//
+// Work per message is bounded before any of it is done: the request's
+// top-level entries are counted on the raw bytes (CheckCounts()), and the
+// steps of each session counted before the first step runs.
+class DecodeReactor final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  // `open_streams` was incremented for this stream; OnDone() decrements it.
+  DecodeReactor(SessionRegistry* registry, const ServiceLimits& limits,
+                ServerMetrics* metrics, std::atomic<int64_t>* open_streams,
+                std::string peer)
+      : registry_(registry),
+        limits_(limits),
+        metrics_(metrics),
+        open_streams_(open_streams),
+        peer_(std::move(peer)) {
+    spdlog::debug("decode stream from {} opened", peer_);
+    StartRead(&request_bytes_);
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The client half-closed or the call was cancelled. Sessions are
+      // released before the status goes out, so that a client that has seen
+      // the stream end can attach them elsewhere at once.
+      DetachAll();
+      Finish(grpc::Status::OK);
+      return;
+    }
+    ++messages_;
+    absl::Status status = Handle();
+    request_bytes_.Clear();
+    if (status.ok()) status = SerializeMessage(response_, &response_bytes_);
+    if (!status.ok()) {
+      End(status);
+      return;
+    }
+    StartWrite(&response_bytes_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    // The reply is out: the shadows' work for its steps runs now, before the
+    // next message is read.
+    RunShadows();
+    if (!ok) {
+      DetachAll();
+      Finish(ToGrpcStatus(absl::CancelledError("decode stream broken")));
+      return;
+    }
+    StartRead(&request_bytes_);
+  }
+
+  void OnDone() override {
+    DetachAll();
+    open_streams_->fetch_sub(1, std::memory_order_relaxed);
+    spdlog::debug("decode stream from {} ended after {} steps", peer_, steps_);
+    delete this;
+  }
+
+ private:
+  // What a message's steps of one session share.
+  struct SessionInMessage {
+    int64_t steps = 0;
+    absl::Status refused;  // Not OK: why none of its steps may run.
+  };
+
+  // A step whose shadows have yet to see it: its session, the step (viewing
+  // `request_`) and the session's answer.
+  struct ShadowWork {
+    std::shared_ptr<SessionEntry> entry;
+    int step_index = 0;
+    std::vector<uint64_t> evicted;
+    int64_t budget = 0;
+  };
+
+  // Runs the shadows' work of the steps answered since the last call, in
+  // order, and publishes their stats. Called once a reply is written, and
+  // before a session is let go (so that no other stream steps it first).
+  void RunShadows() {
+    for (ShadowWork& work : shadow_work_) {
+      EntryShadows& shadows = *work.entry->shadows();
+      StepInput input;
+      if (!ToStepInput(request_.steps(work.step_index), &input).ok()) continue;
+      StepResult answered;
+      answered.evicted = std::move(work.evicted);
+      answered.budget = work.budget;
+      if (shadows.set->Observe(input, answered, &step_recall_)) {
+        if (shadows.recall.empty()) {
+          shadows.recall = RecallHistograms(*work.entry);
+        }
+        metrics_->ObserveRecall(shadows.recall[0], step_recall_.primary);
+        metrics_->ObserveRecall(shadows.recall[1], step_recall_.oracle);
+        for (size_t i = 0; i < step_recall_.shadows.size(); ++i) {
+          metrics_->ObserveRecall(shadows.recall[2 + i],
+                                  step_recall_.shadows[i]);
+        }
+      }
+      work.entry->PublishShadowStats();
+    }
+    shadow_work_.clear();
+  }
+
+  // The session's, the oracle's and each shadow's recall histogram.
+  std::vector<DurationHistogram*> RecallHistograms(SessionEntry& entry) {
+    const ShadowStats stats = entry.shadows()->set->Stats();
+    std::vector<DurationHistogram*> out;
+    out.push_back(metrics_->RecallHistogram("session", stats.primary.policy));
+    out.push_back(metrics_->RecallHistogram("oracle", "oracle"));
+    for (const PolicyReport& r : stats.shadows) {
+      out.push_back(metrics_->RecallHistogram("shadow", r.policy));
+    }
+    return out;
+  }
+
+  // Lets go of every session; returns the ids of those still open.
+  std::vector<std::string> DetachAll() {
+    RunShadows();
+    std::vector<std::string> ids;
+    for (auto& [id, entry] : attached_) {
+      if (!entry->closed()) ids.push_back(id);
+      registry_->Detach(*entry, this);
+    }
+    attached_.clear();
+    std::sort(ids.begin(), ids.end());
+    return ids;
+  }
+
+  // Ends the stream with `why`, after detaching its sessions; the status and
+  // a warning say which.
+  void End(const absl::Status& why) {
+    const std::vector<std::string> ids = DetachAll();
+    const absl::Status status(
+        why.code(),
+        absl::StrCat(why.message(), " (message ", messages_,
+                     " of the stream); the stream ends",
+                     ids.empty()
+                         ? ""
+                         : absl::StrCat(" and its sessions ", NameIds(ids),
+                                        " were detached")));
+    spdlog::warn("decode stream from {}: {}", peer_, status.ToString());
+    metrics_->Rejected(kDecode, why);
+    Finish(ToGrpcStatus(status));
+  }
+
+  // Lets go of the sessions closed since the last message, freeing their
+  // state (see the class comment).
+  void ReleaseClosed() {
+    for (auto it = attached_.begin(); it != attached_.end();) {
+      if (it->second->closed()) {
+        registry_->Detach(*it->second, this);
+        attached_.erase(it++);
+      } else {
+        ++it;
+      }
+    }
+  }
+
+  // Counts the request's attach, steps and detach entries on the raw bytes,
+  // stopping at the first list past the limit, so that an over-long message
+  // costs at most `max_steps_per_message` skipped entries per list. Bytes
+  // that are not a protobuf message are left to the parse that follows.
+  absl::Status CheckCounts() {
+    const int64_t max = limits_.max_steps_per_message;
+    if (!request_bytes_.Valid()) return absl::OkStatus();
+    grpc::ProtoBufferReader reader(&request_bytes_);
+    if (!reader.status().ok()) return absl::OkStatus();
+    google::protobuf::io::CodedInputStream input(&reader);
+    constexpr const char* kLists[] = {"", "attach", "steps", "detach"};
+    int64_t counts[4] = {0, 0, 0, 0};
+    for (uint32_t tag = input.ReadTag(); tag != 0; tag = input.ReadTag()) {
+      const int field = WireFormatLite::GetTagFieldNumber(tag);
+      if (field >= 1 && field <= 3 && ++counts[field] > max) {
+        return absl::ResourceExhaustedError(absl::StrCat(
+            kLists[field], ": more than ", max,
+            " entries in one DecodeRequest, the server's limit "
+            "(--max_steps_per_message); none of the message was run"));
+      }
+      if (!WireFormatLite::SkipField(&input, tag)) break;
+    }
+    return absl::OkStatus();
+  }
+
+  // Not OK: the stream must end with this status.
+  absl::Status Handle() {
+    if (absl::Status status = CheckCounts(); !status.ok()) return status;
+    if (absl::Status status = ParseMessage(&request_bytes_, &request_);
+        !status.ok()) {
+      return status;
+    }
+    ReleaseClosed();
+    response_.Clear();
+    for (int i = 0; i < request_.attach_size(); ++i) {
+      v1::AttachResult* result = response_.add_attach_results();
+      result->set_session_id(request_.attach(i));
+      const absl::Status status = Attach(request_.attach(i));
+      if (!status.ok()) {
+        const absl::Status named =
+            PrefixMessage(absl::StrCat("attach[", i, "]."), status);
+        metrics_->Rejected(kDecode, named);
+        ToProtoStatus(named, result->mutable_status());
+      }
+    }
+    SortStepsBySession();
+    for (int i = 0; i < request_.steps_size(); ++i) {
+      const v1::SessionStep& step = request_.steps(i);
+      v1::SessionStepResult* result = response_.add_results();
+      result->set_session_id(step.session_id());
+      result->set_step(step.step());
+      const SessionInMessage& session = in_message_[step.session_id()];
+      const absl::Status status =
+          session.refused.ok() ? RunStep(step, i, result) : session.refused;
+      if (!status.ok()) {
+        result->clear_evicted();
+        result->clear_live();
+        result->clear_budget();
+        result->clear_entropy();
+        const absl::Status named =
+            PrefixMessage(absl::StrCat("steps[", i, "]."), status);
+        metrics_->Rejected(kDecode, named);
+        ToProtoStatus(named, result->mutable_status());
+        const ScopedLogFields fields(step.session_id(), step.step());
+        spdlog::debug("step {} of session {} rejected: {}", step.step(),
+                      step.session_id(), result->status().message());
+      }
+    }
+    for (int i = 0; i < request_.detach_size(); ++i) {
+      v1::AttachResult* result = response_.add_detach_results();
+      result->set_session_id(request_.detach(i));
+      const absl::Status status = Detach(request_.detach(i));
+      if (!status.ok()) {
+        const absl::Status named =
+            PrefixMessage(absl::StrCat("detach[", i, "]."), status);
+        metrics_->Rejected(kDecode, named);
+        ToProtoStatus(named, result->mutable_status());
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // Fills `in_message_`: each session's step count in this message, and why
+  // its steps may not run (over the per-session limit, or not held by this
+  // stream: one registry look-up per session, not per step).
+  void SortStepsBySession() {
+    in_message_.clear();
+    for (const v1::SessionStep& step : request_.steps()) {
+      ++in_message_[step.session_id()].steps;
+    }
+    const int64_t max = limits_.max_steps_per_session_per_message;
+    for (auto& [id, session] : in_message_) {
+      if (session.steps > max) {
+        session.refused = absl::ResourceExhaustedError(absl::StrCat(
+            "session_id: session ", id, " has ", session.steps,
+            " steps in this message, more than the server's limit of ", max,
+            " (--max_steps_per_session_per_message); none of them was run"));
+      } else if (!attached_.contains(id)) {
+        session.refused = NotHeld(id, "; attach it first");
+      }
+    }
+  }
+
+  // Why session `id`, which this stream does not hold, cannot be used:
+  // FailedPrecondition (`hint` appended) when it is open, else NotFound.
+  absl::Status NotHeld(absl::string_view id, absl::string_view hint) const {
+    if (registry_->Contains(std::string(id))) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "session_id: session ", id, " is not attached to this stream", hint));
+    }
+    return absl::NotFoundError(
+        absl::StrCat("session_id: no open session ", id));
+  }
+
+  absl::Status Attach(const std::string& id) {
+    if (absl::Status status = RequireSessionId(id); !status.ok()) return status;
+    absl::StatusOr<std::shared_ptr<SessionEntry>> entry =
+        registry_->Attach(id, this);
+    if (!entry.ok()) return entry.status();
+    std::shared_ptr<SessionEntry>& held = attached_[id];
+    // A session of this id closed since the last message, and a new one
+    // created under the same id: let go of the old one.
+    if (held != nullptr && held != *entry) registry_->Detach(*held, this);
+    held = *std::move(entry);
+    return absl::OkStatus();
+  }
+
+  absl::Status Detach(const std::string& id) {
+    if (absl::Status status = RequireSessionId(id); !status.ok()) return status;
+    auto it = attached_.find(id);
+    if (it == attached_.end()) return NotHeld(id, "");
+    RunShadows();  // Before another stream may step it.
+    const bool closed = it->second->closed();
+    registry_->Detach(*it->second, this);
+    attached_.erase(it);
+    if (closed) {
+      return absl::NotFoundError(
+          absl::StrCat("session_id: session ", id, " was closed"));
+    }
+    return absl::OkStatus();
+  }
+
+  // REQUIRES: the step's session is in `attached_` (SortStepsBySession()).
+  absl::Status RunStep(const v1::SessionStep& step, int step_index,
+                       v1::SessionStepResult* out) {
+    auto it = attached_.find(step.session_id());
+    if (it == attached_.end()) {
+      return absl::NotFoundError(
+          absl::StrCat("session_id: no open session ", step.session_id()));
+    }
+    SessionEntry& entry = *it->second;
+    if (entry.closed()) {
+      // Closed (or reclaimed) since it was attached: let go of its state.
+      registry_->Detach(entry, this);
+      attached_.erase(it);
+      return absl::NotFoundError(absl::StrCat(
+          "session_id: session ", step.session_id(), " was closed"));
+    }
+    StepInput input;
+    if (absl::Status status = ToStepInput(step, &input);
+        !status.ok()) {
+      return status;
+    }
+
+    const auto start = std::chrono::steady_clock::now();
+    const absl::Status status = entry.state().Step(input, &result_);
+    const auto end = std::chrono::steady_clock::now();
+    if (!status.ok()) return status;
+    entry.PublishStats();
+    if (entry.shadows() != nullptr) {
+      shadow_work_.push_back(
+          {it->second, step_index, result_.evicted, result_.budget});
+    }
+    ++steps_;
+    metrics_->StepDone(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
+            .count(),
+        static_cast<int64_t>(result_.evicted.size()));
+
+    out->mutable_evicted()->Reserve(static_cast<int>(result_.evicted.size()));
+    for (const uint64_t slot : result_.evicted) out->add_evicted(slot);
+    out->set_live(result_.live);
+    out->set_budget(result_.budget);
+    out->set_entropy(result_.entropy);
+    out->set_deferred(result_.deferred);
+    out->set_compute_ns(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
+            .count());
+    return absl::OkStatus();
+  }
+
+  SessionRegistry* const registry_;
+  const ServiceLimits& limits_;
+  ServerMetrics* const metrics_;
+  std::atomic<int64_t>* const open_streams_;
+  const std::string peer_;
+  grpc::ByteBuffer request_bytes_;
+  grpc::ByteBuffer response_bytes_;
+  v1::DecodeRequest request_;
+  v1::DecodeResponse response_;
+  StepResult result_;  // Reused across steps.
+  // Steps of the message in `request_` whose shadows have yet to run.
+  std::vector<ShadowWork> shadow_work_;
+  StepRecall step_recall_;  // Reused.
+  int64_t steps_ = 0;
+  int64_t messages_ = 0;
+  absl::flat_hash_map<std::string, std::shared_ptr<SessionEntry>> attached_;
+  // Keys view `request_`; valid while one message is handled.
+  absl::flat_hash_map<absl::string_view, SessionInMessage> in_message_;
+};
+
+}  // namespace
+
+grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewDecodeReactor(
+    SessionRegistry* registry, const ServiceLimits& limits,
+    ServerMetrics* metrics, std::atomic<int64_t>* open_streams,
+    std::string peer) {
+  return new DecodeReactor(registry, limits, metrics, open_streams,
+                           std::move(peer));
+}
+
+}  // namespace entrokv::server

@@ -1,0 +1,60 @@
+// What the service's raw-bytes RPCs share (the service is registered with
+// gRPC's raw API so that it can bound work on the bytes before parsing):
+// parsing and serializing messages, the method names the metrics use, the
+// session id check and a stream refused before it starts. Stateless and
+// thread-safe.
+
+#ifndef ENTROKV_SERVER_RAW_MESSAGES_H_
+#define ENTROKV_SERVER_RAW_MESSAGES_H_
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "google/protobuf/message_lite.h"
+#include "grpcpp/grpcpp.h"
+#include "grpcpp/impl/codegen/proto_utils.h"
+#include "server/status_conversion.h"
+
+namespace entrokv::server {
+
+// The streaming RPCs' names, as the metrics label them.
+inline constexpr char kDecode[] = "Decode";
+inline constexpr char kEcho[] = "Echo";
+
+// InvalidArgument naming session_id when `id` is empty.
+absl::Status RequireSessionId(const std::string& id);
+
+// Parses `bytes` (left unchanged) into `out`. Errors: InvalidArgument naming
+// the message type.
+absl::Status ParseMessage(grpc::ByteBuffer* bytes,
+                          google::protobuf::MessageLite* out);
+
+// Serializes `message` into `out`. Errors: Internal naming the message type.
+template <typename Message>
+absl::Status SerializeMessage(const Message& message, grpc::ByteBuffer* out) {
+  out->Clear();
+  bool own_buffer = false;
+  const grpc::Status status =
+      grpc::SerializationTraits<Message>::Serialize(message, out, &own_buffer);
+  if (!status.ok()) {
+    return absl::InternalError(absl::StrCat("could not serialize the ",
+                                            message.GetTypeName(), ": ",
+                                            status.error_message()));
+  }
+  return absl::OkStatus();
+}
+
+
+class RefusedStream final
+    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+ public:
+  explicit RefusedStream(const absl::Status& status) {
+    Finish(ToGrpcStatus(status));
+  }
+  void OnDone() override { delete this; }
+};
+
+}  // namespace entrokv::server
+
+#endif  // ENTROKV_SERVER_RAW_MESSAGES_H_
