@@ -70,6 +70,22 @@ class CpuSession final : public SessionState {
   void Score(std::vector<float>* queries, bool need_mean, bool need_attention);
   // The expected ranking's e_i (section 3) from its query statistics.
   void ScoreExpected();
+  // The scoring kernel's arguments for every live entry, with `queries`
+  // (scaled) and z out to `z` (null: none), rows of stride live().
+  ScoreArgs KeyScoreArgs(const float* queries, float* z) const {
+    const Shape& s = config_.shape;
+    return {.type = s.element_type,
+            .keys = keys_.get(),
+            .capacity = capacity_,
+            .layers = s.layers,
+            .kv_heads = s.kv_heads,
+            .group = s.group_size(),
+            .head_dim = s.vector_dim(),
+            .live = live(),
+            .queries = queries,
+            .z = z,
+            .z_stride = live()};
+  }
   KeyPlanes Planes() const {
     const Shape& s = config_.shape;
     return {.type = s.element_type,
@@ -190,17 +206,7 @@ void CpuSession::Score(std::vector<float>* queries, bool need_mean,
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   for (float& q : *queries) q *= scale;
   const double inv_rows = 1.0 / static_cast<double>(rows);
-  ScoreArgs args{.type = s.element_type,
-                 .keys = keys_.get(),
-                 .capacity = capacity_,
-                 .layers = s.layers,
-                 .kv_heads = s.kv_heads,
-                 .group = s.group_size(),
-                 .head_dim = s.vector_dim(),
-                 .live = n,
-                 .queries = queries->data(),
-                 .z = nullptr,
-                 .z_stride = n};
+  ScoreArgs args = KeyScoreArgs(queries->data(), nullptr);
   if (need_mean) {
     // s_i needs only Σ_g q_g·k = (Σ_g q_g)·k over each GQA group: one dot
     // product per key and kv head instead of one per q head, and no z.
@@ -250,17 +256,7 @@ void CpuSession::ScoreExpected() {
     expected_queries_[i] = static_cast<float>(mean[i]) * scale;
   }
   expected_z_.resize(static_cast<size_t>(rows * n));
-  ScoreKeys({.type = s.element_type,
-             .keys = keys_.get(),
-             .capacity = capacity_,
-             .layers = s.layers,
-             .kv_heads = s.kv_heads,
-             .group = s.group_size(),
-             .head_dim = s.vector_dim(),
-             .live = n,
-             .queries = expected_queries_.data(),
-             .z = expected_z_.data(),
-             .z_stride = n});
+  ScoreKeys(KeyScoreArgs(expected_queries_.data(), expected_z_.data()));
   AddVarianceTerm(Planes(), s.group_size(), s.head_dim, query_stats_.var(),
                   expected_z_.data(), n, &row_scratch_);
   expected_.assign(static_cast<size_t>(n), 0.0);
@@ -358,7 +354,7 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                                          table_.indices(), &index_scratch_);
   }
   if (rank_now && ranking == Ranking::kKeyDiff) {
-    KeyDiffScores(Planes(), &key_diff_, &stats_scratch_);
+    KeyDiffScores(Planes(), &key_diff_, &stats_scratch_, &row_scratch_);
   }
   if (rank_now && ranking == Ranking::kExpected && n > 0) ScoreExpected();
   const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;

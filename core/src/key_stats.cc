@@ -14,21 +14,23 @@ const std::byte* Row(const KeyPlanes& k, int32_t plane, int64_t pos) {
 }  // namespace
 
 void KeyDiffScores(const KeyPlanes& keys, std::vector<double>* out,
-                   std::vector<double>* scratch) {
+                   std::vector<double>* scratch,
+                   std::vector<float>* row_scratch) {
   const int64_t n = keys.live;
   const int32_t d = keys.dim;
   out->assign(static_cast<size_t>(n), 0.0);
   if (n == 0) return;
-  // scratch: d floats' worth of the decoded row (as doubles), the anchor,
-  // and the per-position inverse norms.
-  scratch->resize(static_cast<size_t>(2 * d + n));
+  // scratch: the anchor and the per-position inverse norms.
+  scratch->resize(static_cast<size_t>(d + n));
   double* anchor = scratch->data();
   double* inv_norm = anchor + d;
-  std::vector<float> row(static_cast<size_t>(d));
+  row_scratch->resize(static_cast<size_t>(d));
+  float* row = row_scratch->data();
   for (int32_t plane = 0; plane < keys.planes; ++plane) {
     std::fill(anchor, anchor + d, 0.0);
     for (int64_t p = 0; p < n; ++p) {
-      DecodeElements(keys.type, Row(keys, plane, p), row.size(), row.data());
+      DecodeElements(keys.type, Row(keys, plane, p), static_cast<size_t>(d),
+                     row);
       double sq = 0.0;
       for (int32_t j = 0; j < d; ++j) sq += double{row[j]} * row[j];
       const double norm = std::sqrt(sq);
@@ -44,7 +46,8 @@ void KeyDiffScores(const KeyPlanes& keys, std::vector<double>* out,
     if (anchor_norm == 0.0) continue;  // Every cosine is 0.
     for (int64_t p = 0; p < n; ++p) {
       if (inv_norm[p] == 0.0) continue;
-      DecodeElements(keys.type, Row(keys, plane, p), row.size(), row.data());
+      DecodeElements(keys.type, Row(keys, plane, p), static_cast<size_t>(d),
+                     row);
       double dot = 0.0;
       for (int32_t j = 0; j < d; ++j) dot += row[j] * anchor[j];
       (*out)[p] -= dot * inv_norm[p] / anchor_norm;

@@ -28,9 +28,11 @@ struct KeyPlanes {
 
 // keydiff: out[p] = −(1/planes) Σ_planes cos(k_p, m), with m the mean over
 // live positions of k/‖k‖ in that plane; a zero key, or a zero m, has
-// cosine 0. Norms, m and the dot products in double. `scratch` is reused.
+// cosine 0. Norms, m and the dot products in double. Each key is decoded
+// twice (for m, then for its cosine). The scratch buffers are reused.
 void KeyDiffScores(const KeyPlanes& keys, std::vector<double>* out,
-                   std::vector<double>* scratch);
+                   std::vector<double>* scratch,
+                   std::vector<float>* row_scratch);
 
 // expected: the running mean and diagonal variance of each query element
 // (section 5), over the queries of the decision steps.
