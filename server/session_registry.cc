@@ -189,9 +189,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
       }
       break;
     case Placement::kAuto:
-      if (gpu_ != nullptr && CudaSupportsRanking(requested.ranking)) {
-        backend = gpu_;
-      }
+      if (gpu_ != nullptr) backend = gpu_;
       break;
   }
   config.placement = backend == cpu_ ? Placement::kCpu : Placement::kGpu;
@@ -217,8 +215,7 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
   absl::StatusOr<std::unique_ptr<SessionState>> state =
       backend->CreateSession(config, limits);
   if (!state.ok()) {
-    if (absl::IsInvalidArgument(state.status()) ||
-        absl::IsUnimplemented(state.status())) {
+    if (absl::IsInvalidArgument(state.status())) {
       return PrefixMessage("config.", state.status());
     }
     return state.status();

@@ -37,12 +37,6 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<SessionState>> CreateSession(
       const SessionConfig& config, const SessionLimits& limits) override {
     ENTROKV_RETURN_IF_ERROR(ValidateSessionConfig(config));
-    if (!CudaSupportsRanking(config.ranking)) {
-      return absl::UnimplementedError(absl::StrCat(
-          "ranking: ", std::string(RankingName(config.ranking)),
-          " is not implemented on the CUDA backend; place the session on "
-          "the CPU (placement cpu or auto)"));
-    }
     ENTROKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_),
                                  "selecting the device");
     cudaStream_t stream = nullptr;

@@ -121,6 +121,42 @@ cudaError_t LaunchH2oRecentFrom(const int64_t* sorted_index, int64_t n,
                                 int64_t keep, int64_t* out,
                                 cudaStream_t stream);
 
+struct KeyDiffArgs {
+  ElementType type;
+  const std::byte* keys;
+  int64_t capacity;
+  int32_t planes;  // layers × kv_heads.
+  int32_t dim;     // Elements per stored key row.
+  int64_t live;
+  double* inv_norm;     // Scratch, planes × live.
+  double* anchor;       // Scratch, planes × dim.
+  double* anchor_norm;  // Scratch, planes.
+  double* out;          // Per position: keydiff's keep score −c_i.
+};
+
+// keydiff's keep score of every live entry (docs/step-semantics.md section
+// 3), bit-identical to the CPU backend's.
+cudaError_t LaunchKeyDiff(const KeyDiffArgs& args, cudaStream_t stream);
+
+struct VarianceTermArgs {
+  ElementType type;
+  const std::byte* keys;
+  int64_t capacity;
+  int32_t layers;
+  int32_t kv_heads;
+  int32_t group;     // q heads per kv head.
+  int32_t dim;       // Elements per stored key row.
+  int32_t head_dim;  // The model's (the scale's) head size.
+  int64_t live;
+  const double* var;  // [layer][q_head][dim]: the queries' variance.
+  float* z;           // [row][live]: expected's logits, the μ term in.
+};
+
+// Adds expected's variance term to its logits (docs/step-semantics.md
+// section 3), in double, the sum rounded to float, as the CPU backend does.
+cudaError_t LaunchVarianceTerm(const VarianceTermArgs& args,
+                               cudaStream_t stream);
+
 struct FinishArgs {
   int64_t live;
   int64_t rows;          // 0 when no scores were computed this step.
@@ -139,6 +175,14 @@ struct FinishArgs {
   uint64_t seed;
   uint64_t step;
   const int64_t* h2o_recent_from;  // Device scalar; kH2o only.
+  // keydiff: its keep score per position, or null when not computed.
+  const double* key_diff = nullptr;
+  // expected: its logits [row][live] and their softmax statistics, over
+  // `expected_rows` rows (0 when not computed).
+  int64_t expected_rows = 0;
+  const float* expected_z = nullptr;
+  const float* expected_max = nullptr;
+  const double* expected_inv = nullptr;
   // Protection.
   int64_t sinks;
   int64_t recent;

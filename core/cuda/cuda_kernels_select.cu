@@ -55,6 +55,12 @@ __global__ void __launch_bounds__(kThreads) FinishKernel(FinishArgs a) {
       }
       mean *= a.inv_rows;
     }
+    double expected = 0.0;
+    for (int64_t r = 0; r < a.expected_rows; ++r) {
+      expected += static_cast<double>(expf(a.expected_z[r * a.live + p] -
+                                           a.expected_max[r])) *
+                  a.expected_inv[r];
+    }
     const int64_t index = a.state.index[p];
     // The state updates of this step, then the keep score (rule.h).
     double h2o_acc = 0.0;
@@ -83,7 +89,9 @@ __global__ void __launch_bounds__(kThreads) FinishKernel(FinishArgs a) {
                                         : 0.0,
                         .attention = att,
                         .h2o_acc = h2o_acc,
-                        .omega = omega});
+                        .omega = omega,
+                        .key_diff = a.key_diff != nullptr ? a.key_diff[p] : 0.0,
+                        .expected = expected});
     a.keep[p] = keep;
     a.protect[p] = rule::IsProtected(a.sinks, a.recent, index, a.next_index,
                                      a.state.pinned[p] != 0)

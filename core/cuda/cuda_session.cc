@@ -136,7 +136,37 @@ absl::Status CudaSession::Prepare(int64_t n_after, int64_t n_new,
         "sizing sort storage");
     ENTROKV_RETURN_IF_ERROR(
         d_temp_.Ensure(pool, std::max(index_sort, key_sort), "sort storage"));
+    if (config_.ranking == Ranking::kKeyDiff ||
+        config_.ranking == Ranking::kExpected) {
+      ENTROKV_RETURN_IF_ERROR(d_ranked_.Ensure(pool, cap * 8, "keep scores"));
+    }
+    if (config_.ranking == Ranking::kKeyDiff) {
+      ENTROKV_RETURN_IF_ERROR(d_kd_norm_.Ensure(
+          pool, cap * static_cast<size_t>(planes_) * 8, "key norms"));
+    }
+    if (config_.ranking == Ranking::kExpected) {
+      ENTROKV_RETURN_IF_ERROR(d_ez_.Ensure(
+          pool, cap * static_cast<size_t>(rows_) * 4, "expected logits"));
+    }
     scratch_capacity_ = capacity_;
+  }
+  if (config_.ranking == Ranking::kKeyDiff && d_kd_anchor_.bytes() == 0) {
+    ENTROKV_RETURN_IF_ERROR(d_kd_anchor_.Ensure(
+        pool,
+        static_cast<size_t>(planes_) *
+            (static_cast<size_t>(config_.shape.vector_dim()) + 1) * 8,
+        "key anchors"));
+  }
+  if (config_.ranking == Ranking::kExpected && d_mu_.bytes() == 0) {
+    const size_t q = static_cast<size_t>(config_.shape.query_elements());
+    ENTROKV_RETURN_IF_ERROR(d_ez_max_.Ensure(
+        pool, static_cast<size_t>(rows_) * 4, "expected row maxima"));
+    ENTROKV_RETURN_IF_ERROR(d_ez_inv_.Ensure(
+        pool, static_cast<size_t>(rows_) * 8, "expected row sums"));
+    ENTROKV_RETURN_IF_ERROR(d_mu_.Ensure(pool, q * 4, "query mean"));
+    ENTROKV_RETURN_IF_ERROR(d_var_.Ensure(pool, q * 8, "query variance"));
+    ENTROKV_RETURN_IF_ERROR(h_mu_.Ensure(q * 4, "query mean"));
+    ENTROKV_RETURN_IF_ERROR(h_var_.Ensure(q * 8, "query variance"));
   }
   if (scores && z_entries_ < n_after) {
     // z is sized by the live count (doubling), not by the capacity, so that a

@@ -38,6 +38,7 @@
 #include "cuda_memory.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/session.h"
+#include "key_stats.h"
 #include "slot_table.h"
 #include "step_common.h"
 
@@ -75,7 +76,9 @@ class CudaSession final : public SessionState {
         &d_sorted_pos_,  &d_keys_a_,  &d_keys_b_,      &d_vals_a_,
         &d_vals_b_,      &d_out_,     &d_moves_,       &d_temp_,
         &d_recent_from_, &d_z_,       &d_row_max_,     &d_row_inv_,
-        &d_queries_,     &d_staged_,  &d_plane_norms_, &d_append_pinned_};
+        &d_queries_,     &d_staged_,  &d_plane_norms_, &d_append_pinned_,
+        &d_ranked_,      &d_kd_norm_, &d_kd_anchor_,   &d_ez_,
+        &d_ez_max_,      &d_ez_inv_,  &d_mu_,          &d_var_};
     for (DeviceBuffer* b : buffers) b->Reset();
     cudaStreamDestroy(stream_);
     account_->Release(live() * bytes_per_entry_);
@@ -128,6 +131,13 @@ class CudaSession final : public SessionState {
   // 2. Copies the scaled queries up and computes z (and the softmax row
   // statistics when `need_attention`). REQUIRES: n > 0.
   absl::Status LaunchScoring(int64_t n, bool need_attention, double inv_rows);
+  // 3b. The rankings that read the stored keys beyond z, when their keep
+  // scores are needed: keydiff's score into d_ranked_, or expected's logits
+  // (from query_stats_) and their softmax statistics. REQUIRES: n > 0.
+  absl::Status LaunchKeyRanking(int64_t n);
+  // The Finish arguments that carry 3b's results (none for other rankings,
+  // or when `ranked` is false).
+  void AddKeyRanking(bool ranked, cuda::FinishArgs* args) const;
   // 4. Sorts by append index when the h2o window or blocks need it, and
   // computes the h2o window.
   absl::Status LaunchAppendOrder(int64_t n, int64_t next_index, int64_t budget,
@@ -135,7 +145,8 @@ class CudaSession final : public SessionState {
   // 5. Aggregation, ranking state update, keep scores and protection.
   absl::Status LaunchFinishStep(const StepInput& input, int64_t n,
                                 int64_t next_index, bool scores, bool need_mean,
-                                bool need_attention, double inv_rows, double h);
+                                bool need_attention, double inv_rows, double h,
+                                bool ranked);
   // 6. Selects the `need` lowest unprotected entries (or blocks) and copies
   // the evicted positions back into h_out_; `*out_count` of them.
   // REQUIRES: n > 0, need > 0.
@@ -188,8 +199,14 @@ class CudaSession final : public SessionState {
   DeviceBuffer d_out_, d_moves_, d_temp_, d_recent_from_;
   DeviceBuffer d_z_, d_row_max_, d_row_inv_, d_queries_;
   DeviceBuffer d_staged_, d_plane_norms_, d_append_pinned_;
+  // keydiff and expected (3b): the keep score per position; keydiff's norms
+  // and anchors; expected's logits, their row statistics, μ and σ².
+  DeviceBuffer d_ranked_, d_kd_norm_, d_kd_anchor_;
+  DeviceBuffer d_ez_, d_ez_max_, d_ez_inv_, d_mu_, d_var_;
   // Pinned host staging.
   PinnedBuffer h_staged_, h_pinned_, h_queries_, h_out_, h_moves_;
+  PinnedBuffer h_mu_, h_var_;
+  QueryStats query_stats_;  // expected (section 5), on the host.
   int64_t scratch_capacity_ = 0;
   int64_t z_entries_ = 0;  // Live entries d_z_ has room for.
 

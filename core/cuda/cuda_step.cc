@@ -96,7 +96,9 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   }
 
   // 2. Scores z, and per-row softmax statistics.
-  const bool scores = (need_mean || need_attention) && n > 0;
+  // keydiff's steps may come without queries (section 1): nothing to score.
+  const bool scores =
+      (need_mean || need_attention) && n > 0 && decoded_.has_queries;
   // s_i and a_i average over every (layer, q head), whatever the query form.
   const double inv_rows =
       1.0 / static_cast<double>(int64_t{shape.layers} * shape.q_heads);
@@ -109,12 +111,25 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   const int64_t budget = budget_.Next(h);
   const int64_t need = n - budget;
 
+  // 3b. keydiff and expected, whose keep scores read the stored keys; like
+  // the CPU backend, only when something is evicted or traced.
+  const Ranking ranking = config_.ranking;
+  if (ranking == Ranking::kExpected) {
+    query_stats_.Update(decoded_.queries.data(), decoded_.queries.size(),
+                        config_.expected.ema_rate);
+  }
+  const bool ranked =
+      (ranking == Ranking::kKeyDiff || ranking == Ranking::kExpected) &&
+      n > 0 && (need > 0 || trace != nullptr);
+  if (ranked) ENTROKV_RETURN_IF_ERROR(LaunchKeyRanking(n));
+
   // 4. Append order on the device, when the h2o window or blocks need it.
   ENTROKV_RETURN_IF_ERROR(LaunchAppendOrder(n, next_index, budget, need));
 
   // 5. Aggregation, ranking state update, keep scores and protection.
-  ENTROKV_RETURN_IF_ERROR(LaunchFinishStep(
-      input, n, next_index, scores, need_mean, need_attention, inv_rows, h));
+  ENTROKV_RETURN_IF_ERROR(LaunchFinishStep(input, n, next_index, scores,
+                                           need_mean, need_attention, inv_rows,
+                                           h, ranked));
 
   // 6. Selection of the k lowest unprotected entries (or blocks).
   int64_t out_count = 0;
@@ -256,14 +271,100 @@ absl::Status CudaSession::LaunchAppendOrder(int64_t n, int64_t next_index,
   return absl::OkStatus();
 }
 
+absl::Status CudaSession::LaunchKeyRanking(int64_t n) {
+  const Shape& shape = config_.shape;
+  if (config_.ranking == Ranking::kKeyDiff) {
+    double* anchor = d_kd_anchor_.as<double>();
+    ENTROKV_CUDA_RETURN_IF_ERROR(
+        cuda::LaunchKeyDiff(
+            {.type = shape.element_type,
+             .keys = keys_.as<std::byte>(),
+             .capacity = capacity_,
+             .planes = planes_,
+             .dim = shape.vector_dim(),
+             .live = n,
+             .inv_norm = d_kd_norm_.as<double>(),
+             .anchor = anchor,
+             .anchor_norm = anchor + int64_t{planes_} * shape.vector_dim(),
+             .out = d_ranked_.as<double>()},
+            stream_),
+        "keydiff scores");
+    return absl::OkStatus();
+  }
+  // expected: the μ term as section 3's z with float(μ)/sqrt(head_dim) as
+  // the query, then σ²'s term, then the rows' softmax statistics.
+  const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
+  const std::vector<double>& mean = query_stats_.mean();
+  const std::vector<double>& var = query_stats_.var();
+  float* hmu = h_mu_.as<float>();
+  for (size_t i = 0; i < mean.size(); ++i) {
+    hmu[i] = static_cast<float>(mean[i]) * scale;
+  }
+  std::memcpy(h_var_.as<double>(), var.data(), var.size() * sizeof(double));
+  ENTROKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(d_mu_.as<float>(), hmu, mean.size() * sizeof(float),
+                      cudaMemcpyHostToDevice, stream_),
+      "copying the query mean");
+  ENTROKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(d_var_.as<double>(), h_var_.as<double>(),
+                      var.size() * sizeof(double), cudaMemcpyHostToDevice,
+                      stream_),
+      "copying the query variance");
+  ENTROKV_CUDA_RETURN_IF_ERROR(
+      cuda::LaunchScore({.type = shape.element_type,
+                         .keys = keys_.as<std::byte>(),
+                         .capacity = capacity_,
+                         .layers = shape.layers,
+                         .kv_heads = shape.kv_heads,
+                         .group = shape.group_size(),
+                         .head_dim = shape.vector_dim(),
+                         .live = n,
+                         .queries = d_mu_.as<float>(),
+                         .z = d_ez_.as<float>()},
+                        stream_),
+      "expected logits");
+  ENTROKV_CUDA_RETURN_IF_ERROR(
+      cuda::LaunchVarianceTerm({.type = shape.element_type,
+                                .keys = keys_.as<std::byte>(),
+                                .capacity = capacity_,
+                                .layers = shape.layers,
+                                .kv_heads = shape.kv_heads,
+                                .group = shape.group_size(),
+                                .dim = shape.vector_dim(),
+                                .head_dim = shape.head_dim,
+                                .live = n,
+                                .var = d_var_.as<double>(),
+                                .z = d_ez_.as<float>()},
+                               stream_),
+      "expected variance term");
+  ENTROKV_CUDA_RETURN_IF_ERROR(
+      cuda::LaunchRowStats(d_ez_.as<float>(), rows_, n,
+                           1.0 / static_cast<double>(rows_),
+                           d_ez_max_.as<float>(), d_ez_inv_.as<double>(),
+                           stream_),
+      "expected softmax statistics");
+  return absl::OkStatus();
+}
+
+void CudaSession::AddKeyRanking(bool ranked, cuda::FinishArgs* args) const {
+  if (!ranked) return;
+  if (config_.ranking == Ranking::kKeyDiff) {
+    args->key_diff = d_ranked_.as<double>();
+  } else if (config_.ranking == Ranking::kExpected) {
+    args->expected_rows = rows_;
+    args->expected_z = d_ez_.as<float>();
+    args->expected_max = d_ez_max_.as<float>();
+    args->expected_inv = d_ez_inv_.as<double>();
+  }
+}
+
 absl::Status CudaSession::LaunchFinishStep(const StepInput& input, int64_t n,
                                            int64_t next_index, bool scores,
                                            bool need_mean, bool need_attention,
-                                           double inv_rows, double h) {
+                                           double inv_rows, double h,
+                                           bool ranked) {
   const Ranking ranking = config_.ranking;
-  ENTROKV_CUDA_RETURN_IF_ERROR(
-      cuda::LaunchFinish(
-          {.live = n,
+  cuda::FinishArgs args{.live = n,
            .rows = scores ? rows_ : 0,
            .z = d_z_.as<float>(),
            .row_max = d_row_max_.as<float>(),
@@ -286,9 +387,10 @@ absl::Status CudaSession::LaunchFinishStep(const StepInput& input, int64_t n,
            .mean_logit = d_mean_.as<double>(),
            .attention = d_attention_.as<double>(),
            .keep = d_keep_.as<double>(),
-           .protect = d_protect_.as<uint8_t>()},
-          stream_),
-      "updating the ranking");
+           .protect = d_protect_.as<uint8_t>()};
+  AddKeyRanking(ranked, &args);
+  ENTROKV_CUDA_RETURN_IF_ERROR(cuda::LaunchFinish(args, stream_),
+                               "updating the ranking");
   return absl::OkStatus();
 }
 

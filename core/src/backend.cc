@@ -9,10 +9,6 @@ std::string_view BackendKindName(BackendKind kind) {
   return kind == BackendKind::kCpu ? "cpu" : "cuda";
 }
 
-bool CudaSupportsRanking(Ranking ranking) {
-  return ranking != Ranking::kKeyDiff && ranking != Ranking::kExpected;
-}
-
 bool CudaBackendCompiled() {
 #ifdef ENTROKV_HAVE_CUDA
   return true;

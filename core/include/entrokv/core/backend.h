@@ -59,11 +59,6 @@ absl::StatusOr<std::unique_ptr<Backend>> CreateBackend(
 // absent).
 bool CudaBackendCompiled();
 
-// True when the CUDA backend implements `ranking`. keydiff and expected run on
-// the CPU backend only for now: a CUDA session refuses them (Unimplemented
-// naming config.ranking), and placement auto puts them on the CPU.
-bool CudaSupportsRanking(Ranking ranking);
-
 }  // namespace entrokv
 
 #endif  // ENTROKV_CORE_BACKEND_H_
