@@ -46,7 +46,8 @@ struct EntryState {
   int64_t* index = nullptr;    // Append index.
   uint8_t* pinned = nullptr;   // 1 when the engine pinned the entry.
   double* key_norm = nullptr;  // Mean over planes of the key's L2 norm.
-  double* affinity = nullptr;  // Ω (seed) or its logit a (logit_ema).
+  // Ω (seed) or its logit a (logit_ema); birth: the entropy at birth.
+  double* affinity = nullptr;
   double* h2o_acc = nullptr;   // H2O accumulated attention.
 };
 
@@ -61,7 +62,9 @@ struct AppendArgs {
   int64_t n;              // New entries.
   int64_t first_index;    // Append index of the first new entry.
   const uint8_t* pinned;  // n flags on the device, or nullptr.
-  double affinity_init;   // 0.5 (seed) or 0 (logit_ema).
+  // 0.5 (seed) or 0 (logit_ema); for the birth ranking, the entropy the new
+  // entries are born under (docs/step-semantics.md section 2).
+  double affinity_init;
   double* plane_norms;    // Scratch, n × planes doubles.
   EntryState state;
 };
@@ -193,6 +196,7 @@ struct FinishArgs {
   double* attention;   // Written when need_attention.
   double* keep;
   uint8_t* protect;
+  double birth_weight = 0.0;  // birth: η.
 };
 
 // Aggregates s_i and a_i, updates the ranking state, writes keep scores and

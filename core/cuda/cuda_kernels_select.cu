@@ -82,7 +82,8 @@ __global__ void __launch_bounds__(kThreads) FinishKernel(FinishArgs a) {
                                               ? *a.h2o_recent_from
                                               : 0,
                        .seed = a.seed,
-                       .step = a.step},
+                       .step = a.step,
+                       .birth_weight = a.birth_weight},
         rule::EntryView{.index = index,
                         .key_norm = a.ranking == Ranking::kKeyNorm
                                         ? a.state.key_norm[p]
@@ -91,7 +92,10 @@ __global__ void __launch_bounds__(kThreads) FinishKernel(FinishArgs a) {
                         .h2o_acc = h2o_acc,
                         .omega = omega,
                         .key_diff = a.key_diff != nullptr ? a.key_diff[p] : 0.0,
-                        .expected = expected});
+                        .expected = expected,
+                        .birth_entropy = a.ranking == Ranking::kBirth
+                                             ? a.state.affinity[p]
+                                             : 0.0});
     a.keep[p] = keep;
     a.protect[p] = rule::IsProtected(a.sinks, a.recent, index, a.next_index,
                                      a.state.pinned[p] != 0)

@@ -29,6 +29,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -207,6 +208,8 @@ class CudaSession final : public SessionState {
   PinnedBuffer h_staged_, h_pinned_, h_queries_, h_out_, h_moves_;
   PinnedBuffer h_mu_, h_var_;
   QueryStats query_stats_;  // expected (section 5), on the host.
+  // birth: the entropy used by the last decision step, if any.
+  std::optional<double> last_entropy_;
   int64_t scratch_capacity_ = 0;
   int64_t z_entries_ = 0;  // Live entries d_z_ has room for.
 

@@ -190,7 +190,10 @@ absl::Status CudaSession::UploadAppend(const StepInput& input, int64_t n_old,
            .first_index = table_.next_index(),
            .pinned = d_pinned,
            .affinity_init =
-               config_.affinity.update == AffinityUpdate::kSeed ? 0.5 : 0.0,
+               config_.ranking == Ranking::kBirth
+                   ? last_entropy_.value_or(decoded_.entropy)
+                   : (config_.affinity.update == AffinityUpdate::kSeed ? 0.5
+                                                                       : 0.0),
            .plane_norms = d_plane_norms_.as<double>(),
            .state = State()},
           stream_),
@@ -388,6 +391,7 @@ absl::Status CudaSession::LaunchFinishStep(const StepInput& input, int64_t n,
            .attention = d_attention_.as<double>(),
            .keep = d_keep_.as<double>(),
            .protect = d_protect_.as<uint8_t>()};
+  args.birth_weight = config_.birth.weight;
   AddKeyRanking(ranked, &args);
   ENTROKV_CUDA_RETURN_IF_ERROR(cuda::LaunchFinish(args, stream_),
                                "updating the ranking");
@@ -472,6 +476,7 @@ absl::Status CudaSession::CommitStep(const StepInput& input, int64_t n,
                                      int64_t out_count, const TraceCopy& copy,
                                      StepResult* result, StepTrace* trace) {
   const int64_t n_new = decoded_.appended;
+  last_entropy_ = h;
   for (int64_t e = 0; e < n_new; ++e) {
     table_.Append(input.append.slot_ids[e],
                   !input.append.pinned.empty() && input.append.pinned[e] != 0);

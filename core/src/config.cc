@@ -86,7 +86,7 @@ absl::Status ValidatePolicyParams(const SessionConfig& c) {
   if (c.budget < 1 || c.budget > kMaxBudget) {
     return Bad("budget", absl::StrCat(c.budget, " is outside [1, 2^40]"));
   }
-  if (static_cast<int>(c.ranking) > static_cast<int>(Ranking::kExpected)) {
+  if (static_cast<int>(c.ranking) > static_cast<int>(Ranking::kBirth)) {
     return Bad("ranking", "unknown ranking");
   }
   if (c.budget_control != BudgetControl::kFixed &&
@@ -131,6 +131,10 @@ absl::Status ValidatePolicyParams(const SessionConfig& c) {
   if (!(c.h2o.recent_fraction >= 0.0 && c.h2o.recent_fraction <= 1.0)) {
     return Bad("h2o.recent_fraction",
                absl::StrCat(c.h2o.recent_fraction, " is outside [0, 1]"));
+  }
+  if (!(c.birth.weight >= 0.0 && c.birth.weight <= 100.0)) {
+    return Bad("birth.weight",
+               absl::StrCat(c.birth.weight, " is outside [0, 100]"));
   }
   if (!(c.expected.ema_rate > 0.0 && c.expected.ema_rate <= 1.0)) {
     return Bad("expected.ema_rate",
@@ -221,12 +225,13 @@ absl::Status ValidateSessionConfig(const SessionConfig& c) {
 
 bool PolicyNeedsEntropy(const SessionConfig& config) {
   return config.ranking == Ranking::kAffinity ||
+         config.ranking == Ranking::kBirth ||
          config.budget_control == BudgetControl::kEntropy;
 }
 
 bool RankingNeedsPerHeadQueries(Ranking ranking) {
   return ranking == Ranking::kH2o || ranking == Ranking::kTova ||
-         ranking == Ranking::kExpected;
+         ranking == Ranking::kExpected || ranking == Ranking::kBirth;
 }
 
 bool RankingNeedsQueries(Ranking ranking) {
@@ -306,6 +311,8 @@ std::string_view RankingName(Ranking ranking) {
       return "keydiff";
     case Ranking::kExpected:
       return "expected";
+    case Ranking::kBirth:
+      return "birth";
   }
   return "unknown";
 }
@@ -373,7 +380,7 @@ absl::Status ApplyPolicyName(std::string_view name, SessionConfig* config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "policy: unknown policy \"", std::string(name),
         "\" (want RANKING[+fixed|+entropy] or \"entropy\"; rankings: window, "
-        "streaming, h2o, tova, keynorm, random, affinity, keydiff, expected)"));
+        "streaming, h2o, tova, keynorm, random, affinity, keydiff, expected, birth)"));
   }
   config->ranking = ranking;
   config->budget_control = control;

@@ -16,6 +16,7 @@
 #include <limits>
 #include <memory>
 #include <numeric>
+#include <optional>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
@@ -64,7 +65,9 @@ class CpuSession final : public SessionState {
   // fails (nothing changes then).
   bool Reserve(int64_t needed);
   // Appends the step's `n` validated entries.
-  void Append(const StepInput& input, int64_t n);
+  // Appends the step's `n` validated entries, their affinity state set to
+  // `state_init`.
+  void Append(const StepInput& input, int64_t n, double state_init);
   // Scales `queries` in place by 1/sqrt(head_dim) and scores every live
   // entry with them.
   void Score(std::vector<float>* queries, bool need_mean, bool need_attention);
@@ -117,7 +120,11 @@ class CpuSession final : public SessionState {
   // Slot ids, append indices, pinned flags; the compaction rule.
   SlotTable table_;
   std::vector<double> key_norm_;
-  std::vector<double> affinity_;  // Ω (seed) or its logit a (logit_ema).
+  // Ω (seed) or its logit a (logit_ema); for the birth ranking, the entropy
+  // the entry was born under (section 2).
+  std::vector<double> affinity_;
+  // birth: the entropy used by the last decision step, if any.
+  std::optional<double> last_entropy_;
   std::vector<double> h2o_acc_;
   QueryStats query_stats_;  // expected.
 
@@ -167,7 +174,8 @@ bool CpuSession::Reserve(int64_t needed) {
   return true;
 }
 
-void CpuSession::Append(const StepInput& input, int64_t n) {
+void CpuSession::Append(const StepInput& input, int64_t n,
+                        double state_init) {
   const Shape& s = config_.shape;
   const int32_t d = s.vector_dim();
   const int64_t row = int64_t{d} * esize_;
@@ -191,8 +199,7 @@ void CpuSession::Append(const StepInput& input, int64_t n) {
                   !input.append.pinned.empty() && input.append.pinned[e] != 0);
     key_norm_.push_back(norm_sum /
                         static_cast<double>(int64_t{s.layers} * s.kv_heads));
-    affinity_.push_back(config_.affinity.update == AffinityUpdate::kSeed ? 0.5
-                                                                         : 0.0);
+    affinity_.push_back(state_init);
     h2o_acc_.push_back(0.0);
   }
 }
@@ -311,7 +318,11 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   }
   // Validated: from here on the step cannot fail.
   counters_.bytes_copied += decoded_.bytes_written;
-  Append(input, decoded_.appended);
+  Append(input, decoded_.appended,
+         ranking == Ranking::kBirth
+             ? last_entropy_.value_or(decoded_.entropy)
+             : (config_.affinity.update == AffinityUpdate::kSeed ? 0.5 : 0.0));
+  last_entropy_ = decoded_.entropy;
   const int64_t n = live();
   if (ranking == Ranking::kExpected) {
     // Before Score scales the queries in place.
@@ -348,7 +359,8 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                       .streaming_sinks = config_.streaming_sinks,
                       .h2o_recent_from = std::numeric_limits<int64_t>::max(),
                       .seed = config_.seed,
-                      .step = input.step};
+                      .step = input.step,
+                      .birth_weight = config_.birth.weight};
   if (rank_now && ranking == Ranking::kH2o) {
     view.h2o_recent_from = H2oRecentFrom(config_.h2o.recent_fraction, budget,
                                          table_.indices(), &index_scratch_);
@@ -371,7 +383,9 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                             ? rule::Omega(seed_rule, affinity_[p])
                             : 0.0,
                .key_diff = ranking == Ranking::kKeyDiff ? key_diff_[p] : 0.0,
-               .expected = ranking == Ranking::kExpected ? expected_[p] : 0.0});
+               .expected = ranking == Ranking::kExpected ? expected_[p] : 0.0,
+               .birth_entropy =
+                   ranking == Ranking::kBirth ? affinity_[p] : 0.0});
     protect_[p] = rule::IsProtected(
         config_.protection.sinks, config_.protection.recent, index,
         table_.next_index(), table_.pinned()[p] != 0);

@@ -62,6 +62,9 @@ absl::Status FromProto(v1::Ranking in, Ranking* out) {
     case v1::RANKING_EXPECTED:
       *out = Ranking::kExpected;
       return absl::OkStatus();
+    case v1::RANKING_BIRTH:
+      *out = Ranking::kBirth;
+      return absl::OkStatus();
     default:
       return UnknownEnum("config.ranking", in);
   }
@@ -200,6 +203,9 @@ absl::Status FromProto(const v1::SessionConfig& proto, SessionConfig* out) {
   if (eb.has_min_budget()) config.entropy_budget.min_budget = eb.min_budget();
   if (eb.has_max_budget()) config.entropy_budget.max_budget = eb.max_budget();
 
+  if (proto.birth().has_weight()) {
+    config.birth.weight = proto.birth().weight();
+  }
   if (proto.expected().has_ema_rate()) {
     config.expected.ema_rate = proto.expected().ema_rate();
   }
@@ -281,6 +287,8 @@ v1::Ranking ToProto(Ranking ranking) {
       return v1::RANKING_KEYDIFF;
     case Ranking::kExpected:
       return v1::RANKING_EXPECTED;
+    case Ranking::kBirth:
+      return v1::RANKING_BIRTH;
   }
   return v1::RANKING_UNSPECIFIED;
 }
@@ -354,6 +362,7 @@ void ToProto(const SessionConfig& config, v1::SessionConfig* out) {
   eb->set_max_budget(config.entropy_budget.max_budget);
   out->mutable_h2o()->set_recent_fraction(config.h2o.recent_fraction);
   out->mutable_expected()->set_ema_rate(config.expected.ema_rate);
+  out->mutable_birth()->set_weight(config.birth.weight);
   out->set_streaming_sinks(config.streaming_sinks);
   out->set_seed(config.seed);
   out->mutable_protection()->set_sinks(config.protection.sinks);

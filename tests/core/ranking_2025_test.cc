@@ -1,6 +1,6 @@
-// The rankings of 2025 (keydiff, expected) on tiny cases whose scores are
-// worked out here, from docs/step-semantics.md sections 3, 5 and 7, not from
-// the backend. One layer, one head, d = 2, f32 (TinySession: Step(x, y)
+// The rankings of 2025-26 (keydiff, expected, birth) on tiny cases whose
+// scores are worked out here, from docs/step-semantics.md sections 2, 3, 5
+// and 7, not from the backend. One layer, one head, d = 2, f32 (TinySession: Step(x, y)
 // sends a query whose scaled logit of key k is x·k0 + y·k1).
 
 #include <cmath>
@@ -185,6 +185,62 @@ TEST(ExpectedRankingTest, NeedsPerHeadQueriesAndARateInRange) {
     EXPECT_STATUS_CODE(st, absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(st.message(), ::testing::HasSubstr("expected.ema_rate"));
   }
+}
+
+// ---------------------------------------------------------------- birth
+
+TEST(BirthRankingTest, WeighsAttentionByTheEntropyEachEntryWasBornUnder) {
+  // η = 1. Every step's query is (1, 0): the logit of key (k0, k1) is k0.
+  TinySession session(
+      TinyConfig(Ranking::kBirth, BudgetControl::kFixed, /*budget=*/3));
+  // Step 1, the prefill: born under this step's own entropy, 1.
+  session.Append(1, 1.0f, 0.0f).Append(2, 0.0f, 0.0f);
+  EXPECT_TRUE(session.Step(1.0f, 0.0f, /*entropy=*/1.0).evicted.empty());
+  // Step 2: slot 3 is born under step 1's entropy, 1.
+  session.Append(3, 0.0f, 0.0f);
+  EXPECT_TRUE(session.Step(1.0f, 0.0f, /*entropy=*/0.1).evicted.empty());
+  // Step 3: slot 4 is born under step 2's entropy, 0.1. Logits 1, 0, 0, 1:
+  // a = e/(2e+2) for 1 and 4, 1/(2e+2) for 2 and 3. Keep a·exp(H): 2 and 3
+  // tie at e/(2e+2); the older, 2, goes.
+  session.Append(4, 1.0f, 0.0f);
+  const double e = std::exp(1.0);
+  const double high = e / (2 * e + 2), low = 1 / (2 * e + 2);
+  StepResult result = session.Step(1.0f, 0.0f, /*entropy=*/0.5);
+  EXPECT_THAT(result.evicted, ElementsAre(2));
+  EXPECT_NEAR(session.RankScore(1), high * e, 1e-6);
+  EXPECT_NEAR(session.RankScore(3), low * e, 1e-6);
+  EXPECT_NEAR(session.RankScore(4), high * std::exp(0.1), 1e-6);
+  // Step 4: slot 5 is born under step 3's entropy, 0.5. Logits of 1, 3, 4, 5:
+  // 1, 0, 1, 0. tova would evict 3 (tied with 5, older); birth keeps 3 (born
+  // under entropy 1) and evicts 5 (born under 0.5).
+  session.Append(5, 0.0f, 0.0f);
+  result = session.Step(1.0f, 0.0f, /*entropy=*/2.0);
+  EXPECT_NEAR(session.RankScore(3), low * e, 1e-6);
+  EXPECT_NEAR(session.RankScore(5), low * std::exp(0.5), 1e-6);
+  EXPECT_THAT(result.evicted, ElementsAre(5));
+  EXPECT_THAT(session.Live(), ElementsAre(1, 3, 4));
+}
+
+TEST(BirthRankingTest, WeightZeroIsTovaAndTheEntropyIsRequired) {
+  SessionConfig config =
+      TinyConfig(Ranking::kBirth, BudgetControl::kFixed, /*budget=*/2);
+  EXPECT_TRUE(PolicyNeedsEntropy(config));
+  config.birth.weight = 0.0;
+  SessionConfig tova = config;
+  tova.ranking = Ranking::kTova;
+  TinySession a(config), b(tova);
+  for (int t = 0; t < 6; ++t) {
+    a.Append(10 + t, 0.25f * t, 1.0f - 0.1f * t);
+    b.Append(10 + t, 0.25f * t, 1.0f - 0.1f * t);
+    const StepResult ra = a.Step(1.0f, -0.5f, /*entropy=*/0.3 * t);
+    const StepResult rb = b.Step(1.0f, -0.5f, /*entropy=*/0.3 * t);
+    EXPECT_EQ(ra.evicted, rb.evicted) << t;
+    EXPECT_EQ(a.trace().rank_score, b.trace().rank_score) << t;
+  }
+  config.birth.weight = 101.0;
+  const absl::Status st = ValidateSessionConfig(config);
+  EXPECT_STATUS_CODE(st, absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(st.message(), ::testing::HasSubstr("birth.weight"));
 }
 
 }  // namespace

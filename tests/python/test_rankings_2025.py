@@ -1,4 +1,4 @@
-"""The rankings of 2025 (keydiff, expected) through the Python client and a
+"""The rankings of 2025-26 (keydiff, expected, birth) through the Python client and a
 real server, against an independent numpy model of docs/step-semantics.md
 (sections 3, 5, 7 and 8). Keys and queries are float32 draws, so that no two
 keep scores tie up to rounding and the model's float64 arithmetic decides
@@ -54,16 +54,27 @@ def expected_keep(keys, model):
     return (p / p.sum(axis=-1, keepdims=True)).mean(axis=(0, 1))
 
 
+def attention(keys, query):
+    """a_i: mean over (layer, q head) of softmax_i(q.k_i / sqrt(d))."""
+    k = np.asarray(keys, dtype=np.float64)[:, :, np.arange(Q) // (Q // KV), :]
+    q = np.asarray(query, dtype=np.float64).reshape(L, Q, D)
+    z = np.einsum("lhd,nlhd->lhn", q, k) / math.sqrt(D)
+    p = np.exp(z - z.max(axis=-1, keepdims=True))
+    return (p / p.sum(axis=-1, keepdims=True)).mean(axis=(0, 1))
+
+
 def run(client, policy, budget, steps, seed, block_size=1, rate=0.05,
-        send_queries=True, sinks=0, recent=0):
+        send_queries=True, sinks=0, recent=0, weight=1.0):
     """Steps a session and the model side by side; the evictions."""
     rng = np.random.default_rng(seed)
     s = client.create_session(
         policy, budget=budget, shape=SHAPE, block_size=block_size,
-        expected_ema_rate=rate,
+        expected_ema_rate=rate, birth_weight=weight,
         protection=entrokv.Protection(sinks=sinks, recent=recent))
     model = QueryModel(rate)
     live = []  # (append index, slot, key), in append order.
+    born = {}  # slot -> the entropy it was born under (birth).
+    last_h = None
     appended = 0
     total = 0
     for t in range(steps):
@@ -71,17 +82,25 @@ def run(client, policy, budget, steps, seed, block_size=1, rate=0.05,
         keys = rng.standard_normal((n, L, KV, D)).astype(np.float32)
         query = rng.standard_normal((L, Q, D)).astype(np.float32)
         slots = list(range(1000 + appended, 1000 + appended + n))
+        h = float(rng.uniform(0.1, 3.0))
         for i, slot in enumerate(slots):
             live.append((appended, slot, keys[i]))
+            born[slot] = h if last_h is None else last_h
             appended += 1
+        last_h = h
         model.update(query)
-        o = s.step(slots, keys, query if send_queries else None, entropy=1.0)
+        o = s.step(slots, keys, query if send_queries else None, entropy=h)
         want = []
         need = len(live) - budget
         if need > 0:
             lk = [k for _, _, k in live]
-            keep = (keydiff_keep(lk) if policy == "keydiff"
-                    else expected_keep(lk, model))
+            if policy == "keydiff":
+                keep = keydiff_keep(lk)
+            elif policy == "expected":
+                keep = expected_keep(lk, model)
+            else:  # birth: a_i * exp(weight * H_birth)
+                keep = attention(lk, query) * np.exp(
+                    weight * np.array([born[slot] for _, slot, _ in live]))
             free = [i for i, (index, _, _) in enumerate(live)
                     if sinks <= index < appended - recent]
             if block_size == 1:
@@ -113,6 +132,9 @@ def run(client, policy, budget, steps, seed, block_size=1, rate=0.05,
     ("expected", {}),
     ("expected", dict(rate=0.3, sinks=1, recent=2)),
     ("expected", dict(rate=1.0)),
+    ("birth", {}),
+    ("birth", dict(weight=3.0, sinks=1, recent=2)),
+    ("birth", dict(block_size=4, budget=12)),
 ])
 def test_evictions_equal_numpy_model(client, policy, kw):
     kw = dict(kw)

@@ -451,7 +451,8 @@ inline v1::SessionConfig ToWireConfig(const SessionConfig& config) {
   constexpr v1::Ranking kRankings[] = {
       v1::RANKING_WINDOW,   v1::RANKING_STREAMING, v1::RANKING_H2O,
       v1::RANKING_TOVA,     v1::RANKING_KEYNORM,   v1::RANKING_RANDOM,
-      v1::RANKING_AFFINITY, v1::RANKING_KEYDIFF,   v1::RANKING_EXPECTED};
+      v1::RANKING_AFFINITY, v1::RANKING_KEYDIFF,   v1::RANKING_EXPECTED,
+      v1::RANKING_BIRTH};
   out.set_ranking(kRankings[static_cast<int>(config.ranking)]);
   out.set_budget_control(config.budget_control == BudgetControl::kFixed
                              ? v1::BUDGET_CONTROL_FIXED
@@ -471,6 +472,7 @@ inline v1::SessionConfig ToWireConfig(const SessionConfig& config) {
       config.entropy_budget.max_budget);
   out.mutable_h2o()->set_recent_fraction(config.h2o.recent_fraction);
   out.mutable_expected()->set_ema_rate(config.expected.ema_rate);
+  out.mutable_birth()->set_weight(config.birth.weight);
   out.set_streaming_sinks(config.streaming_sinks);
   out.set_seed(config.seed);
   out.mutable_protection()->set_sinks(config.protection.sinks);

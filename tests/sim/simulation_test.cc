@@ -73,7 +73,7 @@ TEST(SimulationTest, CompareMatchesMeanLiveWithinOnePercent) {
   RunOptions o = SmallRun();
   absl::StatusOr<std::vector<ComparisonRow>> rows = Compare(o, 100.0);
   ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_EQ(rows->size(), 9u * 2u + 2u);  // + the other affinity rule.
+  EXPECT_EQ(rows->size(), 10u * 2u + 2u);  // + the other affinity rule.
   for (const ComparisonRow& row : *rows) {
     EXPECT_NEAR(row.mean_live, 100.0, 1.0) << row.policy;
     EXPECT_TRUE(row.matched) << row.policy;
@@ -204,7 +204,7 @@ TEST(SimulationTest, CompareLeavesPerHeadRankingsOutUnderGroupSum) {
   o.session.shape.query_form = QueryForm::kGroupSum;
   absl::StatusOr<std::vector<ComparisonRow>> rows = Compare(o, 30.0);
   ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_EQ(rows->size(), 6u * 2u + 2u);  // No tova, h2o, expected.
+  EXPECT_EQ(rows->size(), 6u * 2u + 2u);  // No tova, h2o, expected, birth.
   for (const ComparisonRow& row : *rows) {
     EXPECT_EQ(row.policy.find("tova"), std::string::npos);
     EXPECT_EQ(row.policy.find("h2o"), std::string::npos);

@@ -16,7 +16,7 @@ from typing import List, Optional
 from .errors import EntroKvError, invalid
 
 RANKINGS = ("window", "streaming", "h2o", "tova", "keynorm", "random", "affinity",
-            "keydiff", "expected")
+            "keydiff", "expected", "birth")
 BUDGET_CONTROLS = ("fixed", "entropy")
 ELEMENT_TYPES = ("f32", "f16", "bf16")
 QUERY_FORMS = ("per_head", "group_sum")
@@ -108,6 +108,7 @@ class SessionConfig:
     entropy_budget: EntropyBudgetParams = field(default_factory=EntropyBudgetParams)
     h2o_recent_fraction: float = 0.5
     expected_ema_rate: float = 0.05  # expected ranking: query statistics' rate.
+    birth_weight: float = 1.0  # birth ranking: eta in a * exp(eta * H_birth).
     streaming_sinks: int = 4
     seed: int = 0
     protection: Protection = field(default_factory=Protection)
@@ -156,7 +157,7 @@ def apply_policy_name(name: str, config: SessionConfig) -> None:
         raise invalid(
             f'policy: unknown policy "{name}" (want RANKING[+fixed|+entropy] or '
             '"entropy"; rankings: window, streaming, h2o, tova, keynorm, random, '
-            "affinity, keydiff, expected)")
+            "affinity, keydiff, expected, birth)")
     config.ranking = parts[0]
     config.budget_control = parts[1] if len(parts) == 2 else "fixed"
 
@@ -164,11 +165,12 @@ def apply_policy_name(name: str, config: SessionConfig) -> None:
 def policy_needs_entropy(config: SessionConfig) -> bool:
     """True when the policy reads the step's entropy (affinity ranking or
     entropy budget): its decision steps must carry an entropy or logits."""
-    return config.ranking == "affinity" or config.budget_control == "entropy"
+    return (config.ranking in ("affinity", "birth")
+            or config.budget_control == "entropy")
 
 
 # Rankings that need each q head's query (C++'s RankingNeedsPerHeadQueries).
-PER_HEAD_RANKINGS = ("h2o", "tova", "expected")
+PER_HEAD_RANKINGS = ("h2o", "tova", "expected", "birth")
 
 
 def ranking_needs_queries(ranking: str) -> bool:
@@ -242,6 +244,8 @@ def validate_config(c: SessionConfig) -> None:
     if not 0.0 <= c.h2o_recent_fraction <= 1.0:
         raise bad("h2o.recent_fraction",
                   f"{_g(c.h2o_recent_fraction)} is outside [0, 1]")
+    if not 0.0 <= c.birth_weight <= 100.0:
+        raise bad("birth.weight", f"{_g(c.birth_weight)} is outside [0, 100]")
     if not 0.0 < c.expected_ema_rate <= 1.0:
         raise bad("expected.ema_rate",
                   f"{_g(c.expected_ema_rate)} is outside (0, 1]")
@@ -311,6 +315,7 @@ def to_proto(c: SessionConfig, pb2) -> "object":
     m.entropy_budget.max_budget = e.max_budget
     m.h2o.recent_fraction = c.h2o_recent_fraction
     m.expected.ema_rate = c.expected_ema_rate
+    m.birth.weight = c.birth_weight
     m.streaming_sinks = c.streaming_sinks
     m.seed = c.seed
     m.protection.sinks = c.protection.sinks
@@ -372,6 +377,7 @@ def from_proto(m, base: Optional[SessionConfig] = None) -> SessionConfig:
             max_budget=_opt(e, "max_budget", be.max_budget)),
         h2o_recent_fraction=_opt(m.h2o, "recent_fraction", b.h2o_recent_fraction),
         expected_ema_rate=_opt(m.expected, "ema_rate", b.expected_ema_rate),
+        birth_weight=_opt(m.birth, "weight", b.birth_weight),
         streaming_sinks=_opt(m, "streaming_sinks", b.streaming_sinks),
         seed=m.seed or b.seed,
         protection=Protection(

@@ -67,7 +67,8 @@ struct Shape {
 inline constexpr Ranking kAllRankings[] = {
     Ranking::kWindow,   Ranking::kStreaming, Ranking::kH2o,
     Ranking::kTova,     Ranking::kKeyNorm,   Ranking::kRandom,
-    Ranking::kAffinity, Ranking::kKeyDiff,   Ranking::kExpected};
+    Ranking::kAffinity, Ranking::kKeyDiff,   Ranking::kExpected,
+    Ranking::kBirth};
 
 enum class BudgetControl : uint8_t { kFixed, kEntropy };
 inline constexpr BudgetControl kAllBudgetControls[] = {BudgetControl::kFixed,
@@ -112,6 +113,12 @@ struct ExpectedParams {
   double ema_rate = 0.05;  // In (0, 1]; 1: the step's own query only.
 };
 
+// The `birth` ranking (after InfoKV): keep score a_i · exp(η · H_birth,i)
+// (docs/step-semantics.md section 7).
+struct BirthParams {
+  double weight = 1.0;  // η, in [0, 100].
+};
+
 struct Protection {
   int64_t sinks = 0;   // The first `sinks` entries ever appended are kept.
   int64_t recent = 0;  // The last `recent` entries appended are kept.
@@ -126,6 +133,7 @@ struct SessionConfig {
   EntropyBudgetParams entropy_budget;
   H2oParams h2o;
   ExpectedParams expected;
+  BirthParams birth;
   int64_t streaming_sinks = 4;  // kStreaming: entries always ranked first.
   uint64_t seed = 0;            // kRandom.
   Protection protection;
@@ -155,8 +163,8 @@ struct SessionConfig {
 // is not a multiple of shape.kv_heads 4").
 absl::Status ValidateSessionConfig(const SessionConfig& config);
 
-// True when the policy reads the step's entropy (affinity ranking or entropy
-// budget); such steps must carry an entropy or logits.
+// True when the policy reads the step's entropy (affinity or birth ranking,
+// or entropy budget); such steps must carry an entropy or logits.
 bool PolicyNeedsEntropy(const SessionConfig& config);
 
 // True when the ranking needs each q head's query (tova, h2o: the per-head

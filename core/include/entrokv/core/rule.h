@@ -34,6 +34,7 @@ enum class Ranking : uint8_t {
   kAffinity,   // The highest affinity (this project).
   kKeyDiff,    // The keys least like the live keys' mean direction (KeyDiff).
   kExpected,   // The highest attention expected of future queries.
+  kBirth,      // Attention weighted by the entropy an entry was born under.
 };
 
 namespace rule {
@@ -91,6 +92,7 @@ struct EntryView {
   double omega = 0.0;      // Ω after this step's update.
   double key_diff = 0.0;   // keydiff: −mean cos(k_i, anchor), section 3.
   double expected = 0.0;   // expected: e_i at this step, section 3.
+  double birth_entropy = 0.0;  // birth: the entropy it was born under.
 };
 
 // What it reads of the step.
@@ -100,6 +102,7 @@ struct StepView {
   int64_t h2o_recent_from = 0;  // Append index from which h2o keeps all.
   uint64_t seed = 0;
   uint64_t step = 0;
+  double birth_weight = 0.0;  // birth: η.
 };
 
 // Section 7: the keep score (higher: keep); ties go to the older entry in
@@ -125,6 +128,8 @@ ENTROKV_RULE_FN double KeepScore(const StepView& s, const EntryView& e) {
       return e.key_diff;
     case Ranking::kExpected:
       return e.expected;
+    case Ranking::kBirth:
+      return e.attention * exp(s.birth_weight * e.birth_entropy);
   }
   return 0.0;
 }
