@@ -241,14 +241,14 @@ TEST(PolicyNameTest, NamesOfEveryEnumParseBack) {
   EXPECT_FALSE(ParsePlacement("tpu", &placement));
 }
 
-TEST(PolicyNeedsEntropyTest, AffinityRankingOrEntropyBudgetReadIt) {
+TEST(PolicyNeedsEntropyTest, AffinityOrBirthRankingOrEntropyBudgetReadIt) {
   SessionConfig config;
   for (Ranking ranking : kAllRankings) {
     for (BudgetControl control : kAllBudgetControls) {
       config.ranking = ranking;
       config.budget_control = control;
       EXPECT_EQ(PolicyNeedsEntropy(config),
-                ranking == Ranking::kAffinity ||
+                ranking == Ranking::kAffinity || ranking == Ranking::kBirth ||
                     control == BudgetControl::kEntropy)
           << PolicyName(config);
     }
