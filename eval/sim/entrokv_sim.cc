@@ -23,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "entrokv/core/config.h"
+#include "needles.h"
 #include "simulation.h"
 
 ABSL_FLAG(int64_t, steps, 1000, "Decode steps per run.");
@@ -50,6 +51,14 @@ ABSL_FLAG(std::string, element_type, "f32", "f32, f16 or bf16.");
 ABSL_FLAG(bool, compare, false,
           "Compare every policy at equal mean live entries.");
 ABSL_FLAG(bool, json, false, "Print JSON instead of text.");
+ABSL_FLAG(bool, needles, false,
+          "Needle retention: every ranking at --budget (fixed, and entropy "
+          "with max_budget = --budget, so the peak is equal) over --steps "
+          "entries with --needle_count needles asked after "
+          "[--needle_min_gap, --needle_max_gap] steps (docs/simulator.md).");
+ABSL_FLAG(int32_t, needle_count, 64, "--needles: needles planted.");
+ABSL_FLAG(int64_t, needle_min_gap, 256, "--needles: shortest gap, steps.");
+ABSL_FLAG(int64_t, needle_max_gap, 8192, "--needles: longest gap, steps.");
 ABSL_FLAG(std::string, sketch, "exact",
           "Variant: keys and queries as sent to core: exact or project:R.");
 ABSL_FLAG(std::string, query_form, "per_head",
@@ -246,6 +255,59 @@ int RunCompare(const RunOptions& o, bool json) {
   return 0;
 }
 
+int RunNeedleTable(const RunOptions& o, bool json) {
+  NeedleOptions n;
+  n.stream = o.stream;
+  n.entries = o.steps;
+  n.needles = absl::GetFlag(FLAGS_needle_count);
+  n.min_gap = absl::GetFlag(FLAGS_needle_min_gap);
+  n.max_gap = absl::GetFlag(FLAGS_needle_max_gap);
+  n.seed = o.stream.seed;
+  std::vector<NeedleResult> rows;
+  for (Ranking ranking : kAllRankings) {
+    for (BudgetControl control : kAllBudgetControls) {
+      SessionConfig c = o.session;
+      c.ranking = ranking;
+      c.budget_control = control;
+      // Equal peak: the entropy controller may only lower the budget.
+      c.entropy_budget.max_budget = c.budget;
+      absl::StatusOr<NeedleResult> r = RunNeedles(c, n);
+      if (!r.ok()) return Fail(r.status());
+      rows.push_back(*std::move(r));
+    }
+  }
+  if (json) {
+    std::printf("{\"needles\":[");
+    for (size_t i = 0; i < rows.size(); ++i) {
+      const NeedleResult& r = rows[i];
+      std::printf(
+          "%s{\"policy\":\"%s\",\"planted\":%lld,\"retained\":%lld,"
+          "\"mean_live\":%.6g,\"peak_live\":%lld}",
+          i ? "," : "", r.policy.c_str(), static_cast<long long>(r.planted),
+          static_cast<long long>(r.retained), r.mean_live,
+          static_cast<long long>(r.peak_live));
+    }
+    std::printf("]}\n");
+    return 0;
+  }
+  std::printf(
+      "entrokv-sim --needles: %lld entries, budget %lld (peak equal), needles "
+      "asked %lld-%lld steps later\n| policy | retained | share | mean live "
+      "| peak live |\n|---|---:|---:|---:|---:|\n",
+      static_cast<long long>(n.entries),
+      static_cast<long long>(o.session.budget),
+      static_cast<long long>(n.min_gap), static_cast<long long>(n.max_gap));
+  for (const NeedleResult& r : rows) {
+    std::printf("| %s | %lld / %lld | %.3f | %.1f | %lld |\n",
+                r.policy.c_str(), static_cast<long long>(r.retained),
+                static_cast<long long>(r.planted),
+                r.planted > 0 ? static_cast<double>(r.retained) / r.planted
+                              : 0.0,
+                r.mean_live, static_cast<long long>(r.peak_live));
+  }
+  return 0;
+}
+
 int RunFidelity(const RunOptions& o, bool json) {
   double target = absl::GetFlag(FLAGS_target_live);
   if (target <= 0) {
@@ -357,7 +419,8 @@ int main(int argc, char** argv) {
       "Reruns the entrokv experiment on a synthetic stream.\n"
       "  entrokv-sim [--compare] [--json] [--steps N] [--budget B] ...\n"
       "  entrokv-sim --fidelity --sketch project:4 [--query_form group_sum] "
-      "...");
+      "...\n"
+      "  entrokv-sim --needles --steps 32768 --budget 1024");
   // --help lists this file's flags (Abseil's default looks for a file named
   // after the program, "entrokv-sim.cc", which this is not).
   absl::FlagsUsageConfig usage;
@@ -371,6 +434,9 @@ int main(int argc, char** argv) {
   if (!o.ok()) return entrokv::sim::Fail(o.status());
   const bool json = absl::GetFlag(FLAGS_json);
   if (absl::GetFlag(FLAGS_fidelity)) return entrokv::sim::RunFidelity(*o, json);
+  if (absl::GetFlag(FLAGS_needles)) {
+    return entrokv::sim::RunNeedleTable(*o, json);
+  }
   return absl::GetFlag(FLAGS_compare) ? entrokv::sim::RunCompare(*o, json)
                                       : entrokv::sim::RunAudit(*o, json);
 }
