@@ -380,7 +380,8 @@ absl::Status ApplyPolicyName(std::string_view name, SessionConfig* config) {
     return absl::InvalidArgumentError(absl::StrCat(
         "policy: unknown policy \"", std::string(name),
         "\" (want RANKING[+fixed|+entropy] or \"entropy\"; rankings: window, "
-        "streaming, h2o, tova, keynorm, random, affinity, keydiff, expected, birth)"));
+        "streaming, h2o, tova, keynorm, random, affinity, keydiff, expected, "
+        "birth)"));
   }
   config->ranking = ranking;
   config->budget_control = control;
