@@ -219,19 +219,30 @@ cudaError_t LaunchBlockKeys(const int64_t* sorted_index,
                             int32_t block_size, bool reduce_max, SortKey* keys,
                             int32_t* vals, cudaStream_t stream);
 
+// Which of the sorted candidates go: the first `take`, and under the
+// threshold budget control (use_tau) also every one scoring below tau.
+struct EmitLimit {
+  int64_t take = 0;
+  bool use_tau = false;
+  double tau = 0.0;
+};
+
 // Writes the evicted positions: out[i] for i < count is the position of the
-// i-th smallest token candidate, or -1 past the last candidate.
+// i-th smallest token candidate when `limit` chooses it, else -1 (also past
+// the last candidate).
 cudaError_t LaunchEmitTokens(const SortKey* sorted_keys,
                              const int32_t* sorted_vals, int64_t count,
-                             int32_t* out, cudaStream_t stream);
+                             const EmitLimit& limit, int32_t* out,
+                             cudaStream_t stream);
 
 // Block granularity: out[i·N + j] is the position of token j of the i-th
-// smallest candidate block, or -1 past the last candidate; i < blocks.
+// smallest candidate block when `limit` chooses it (take counts blocks), else
+// -1; i < blocks.
 cudaError_t LaunchEmitBlocks(const SortKey* sorted_keys,
                              const int32_t* sorted_vals,
                              const int32_t* sorted_pos, int64_t blocks,
-                             int32_t block_size, int32_t* out,
-                             cudaStream_t stream);
+                             const EmitLimit& limit, int32_t block_size,
+                             int32_t* out, cudaStream_t stream);
 
 // Moves entries: for each i < count, position moves[2i+1] → moves[2i] (keys
 // in every plane and state). Sources and destinations are disjoint.

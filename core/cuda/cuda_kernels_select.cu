@@ -177,23 +177,34 @@ __global__ void BlockKeysKernel(const int64_t* sorted_index,
   }
 }
 
+// Whether the i-th smallest candidate goes: among the first `take`, or
+// scoring below the threshold (EmitLimit).
+__device__ __forceinline__ bool Chosen(const SortKey& key, int64_t i,
+                                       const EmitLimit& limit) {
+  if (IsExcluded(key)) return false;
+  return i < limit.take ||
+         (limit.use_tau && key.hi < OrderedBits(limit.tau));
+}
+
 __global__ void EmitTokensKernel(const SortKey* keys, const int32_t* vals,
-                                 int64_t count, int32_t* out) {
+                                 int64_t count, EmitLimit limit,
+                                 int32_t* out) {
   for (int64_t i = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; i < count;
        i += int64_t{gridDim.x} * blockDim.x) {
-    out[i] = IsExcluded(keys[i]) ? -1 : vals[i];
+    out[i] = Chosen(keys[i], i, limit) ? vals[i] : -1;
   }
 }
 
 __global__ void EmitBlocksKernel(const SortKey* keys, const int32_t* vals,
                                  const int32_t* sorted_pos, int64_t blocks,
-                                 int32_t block_size, int32_t* out) {
+                                 EmitLimit limit, int32_t block_size,
+                                 int32_t* out) {
   const int64_t total = blocks * block_size;
   for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < total;
        u += int64_t{gridDim.x} * blockDim.x) {
     const int64_t i = u / block_size;
     const int64_t j = u % block_size;
-    out[u] = IsExcluded(keys[i]) ? -1 : sorted_pos[vals[i] + j];
+    out[u] = Chosen(keys[i], i, limit) ? sorted_pos[vals[i] + j] : -1;
   }
 }
 
@@ -284,22 +295,23 @@ cudaError_t LaunchBlockKeys(const int64_t* sorted_index,
 
 cudaError_t LaunchEmitTokens(const SortKey* sorted_keys,
                              const int32_t* sorted_vals, int64_t count,
-                             int32_t* out, cudaStream_t stream) {
+                             const EmitLimit& limit, int32_t* out,
+                             cudaStream_t stream) {
   if (count <= 0) return cudaSuccess;
   EmitTokensKernel<<<GridFor(count, kThreads), kThreads, 0, stream>>>(
-      sorted_keys, sorted_vals, count, out);
+      sorted_keys, sorted_vals, count, limit, out);
   return cudaGetLastError();
 }
 
 cudaError_t LaunchEmitBlocks(const SortKey* sorted_keys,
                              const int32_t* sorted_vals,
                              const int32_t* sorted_pos, int64_t blocks,
-                             int32_t block_size, int32_t* out,
-                             cudaStream_t stream) {
+                             const EmitLimit& limit, int32_t block_size,
+                             int32_t* out, cudaStream_t stream) {
   if (blocks <= 0) return cudaSuccess;
   EmitBlocksKernel<<<GridFor(blocks * block_size, kThreads), kThreads, 0,
                      stream>>>(sorted_keys, sorted_vals, sorted_pos, blocks,
-                               block_size, out);
+                               limit, block_size, out);
   return cudaGetLastError();
 }
 

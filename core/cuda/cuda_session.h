@@ -139,19 +139,22 @@ class CudaSession final : public SessionState {
   // The Finish arguments that carry 3b's results (none for other rankings,
   // or when `ranked` is false).
   void AddKeyRanking(bool ranked, cuda::FinishArgs* args) const;
-  // 4. Sorts by append index when the h2o window or blocks need it, and
-  // computes the h2o window.
+  // 4. Sorts by append index when the h2o window or (on a step that
+  // `selects`) blocks need it, and computes the h2o window.
   absl::Status LaunchAppendOrder(int64_t n, int64_t next_index, int64_t budget,
-                                 int64_t need);
+                                 bool selects);
   // 5. Aggregation, ranking state update, keep scores and protection.
   absl::Status LaunchFinishStep(const StepInput& input, int64_t n,
                                 int64_t next_index, bool scores, bool need_mean,
                                 bool need_attention, double inv_rows, double h,
                                 bool ranked);
-  // 6. Selects the `need` lowest unprotected entries (or blocks) and copies
-  // the evicted positions back into h_out_; `*out_count` of them.
-  // REQUIRES: n > 0, need > 0.
-  absl::Status SelectEvictions(int64_t n, int64_t need, int64_t* out_count);
+  // 6. Selects the `need` lowest unprotected entries (or blocks), and under
+  // a `threshold` also those scoring below it, and copies the evicted
+  // positions back into h_out_: `*out_count` of them, -1 for none.
+  // REQUIRES: n > 0, need > 0 or a threshold.
+  absl::Status SelectEvictions(int64_t n, int64_t need,
+                               std::optional<double> threshold,
+                               int64_t* out_count);
   // 7. Copies the trace's arrays back. REQUIRES: n > 0.
   absl::Status DownloadTrace(int64_t n, TraceCopy* copy);
   // After the stream is synchronised: commits the append, the trace, the

@@ -8,6 +8,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -110,6 +111,9 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   const double h = decoded_.entropy;
   const int64_t budget = budget_.Next(h);
   const int64_t need = n - budget;
+  const std::optional<double> threshold = EvictionThreshold(config_);
+  // Whether this step may evict (the selection and what it reads run).
+  const bool selects = need > 0 || threshold.has_value();
 
   // 3b. keydiff and expected, whose keep scores read the stored keys; like
   // the CPU backend, only when something is evicted or traced.
@@ -120,11 +124,11 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   }
   const bool ranked =
       (ranking == Ranking::kKeyDiff || ranking == Ranking::kExpected) &&
-      n > 0 && (need > 0 || trace != nullptr);
+      n > 0 && (selects || trace != nullptr);
   if (ranked) ENTROKV_RETURN_IF_ERROR(LaunchKeyRanking(n));
 
   // 4. Append order on the device, when the h2o window or blocks need it.
-  ENTROKV_RETURN_IF_ERROR(LaunchAppendOrder(n, next_index, budget, need));
+  ENTROKV_RETURN_IF_ERROR(LaunchAppendOrder(n, next_index, budget, selects));
 
   // 5. Aggregation, ranking state update, keep scores and protection.
   ENTROKV_RETURN_IF_ERROR(LaunchFinishStep(input, n, next_index, scores,
@@ -133,8 +137,8 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
 
   // 6. Selection of the k lowest unprotected entries (or blocks).
   int64_t out_count = 0;
-  if (need > 0 && n > 0) {
-    ENTROKV_RETURN_IF_ERROR(SelectEvictions(n, need, &out_count));
+  if (selects && n > 0) {
+    ENTROKV_RETURN_IF_ERROR(SelectEvictions(n, need, threshold, &out_count));
   }
 
   // 7. The trace, when asked (tests and backend comparisons).
@@ -243,7 +247,7 @@ absl::Status CudaSession::LaunchScoring(int64_t n, bool need_attention,
 }
 
 absl::Status CudaSession::LaunchAppendOrder(int64_t n, int64_t next_index,
-                                            int64_t budget, int64_t need) {
+                                            int64_t budget, bool selects) {
   const Ranking ranking = config_.ranking;
   const bool blocks = config_.block_size > 1;
   int64_t h2o_keep = 0;
@@ -253,7 +257,7 @@ absl::Status CudaSession::LaunchAppendOrder(int64_t n, int64_t next_index,
   }
   const bool sort_index =
       n > 0 && ((ranking == Ranking::kH2o && h2o_keep > 0 && h2o_keep < n) ||
-                (blocks && need > 0));
+                (blocks && selects));
   if (sort_index) {
     ENTROKV_CUDA_RETURN_IF_ERROR(
         cuda::LaunchIota(d_iota_.as<int32_t>(), n, stream_), "ordering");
@@ -399,6 +403,7 @@ absl::Status CudaSession::LaunchFinishStep(const StepInput& input, int64_t n,
 }
 
 absl::Status CudaSession::SelectEvictions(int64_t n, int64_t need,
+                                          std::optional<double> threshold,
                                           int64_t* out_count) {
   const bool blocks = config_.block_size > 1;
   cuda::SortKey* keys_a = d_keys_a_.as<cuda::SortKey>();
@@ -424,19 +429,26 @@ absl::Status CudaSession::SelectEvictions(int64_t n, int64_t need,
       cuda::SortKeys(d_temp_.as<void>(), d_temp_.bytes(), keys_a, keys_b,
                      vals_a, vals_b, n, stream_),
       "selection sort");
+  // Under a threshold, how many go is known only on the device: every
+  // candidate is emitted, as -1 when it stays (the host skips those).
+  cuda::EmitLimit limit{.use_tau = threshold.has_value(),
+                        .tau = threshold.value_or(0.0)};
   if (!blocks) {
-    *out_count = need;
+    limit.take = std::max<int64_t>(need, 0);
+    *out_count = threshold ? n : limit.take;
     ENTROKV_CUDA_RETURN_IF_ERROR(
-        cuda::LaunchEmitTokens(keys_b, vals_b, *out_count, d_out_.as<int32_t>(),
-                               stream_),
+        cuda::LaunchEmitTokens(keys_b, vals_b, *out_count, limit,
+                               d_out_.as<int32_t>(), stream_),
         "emitting evictions");
   } else {
     const int64_t bs = config_.block_size;
-    const int64_t block_count = (need + bs - 1) / bs;
+    limit.take = need > 0 ? (need + bs - 1) / bs : 0;
+    // At most n / bs blocks are whole, and candidates sort first.
+    const int64_t block_count = threshold ? n / bs : limit.take;
     *out_count = block_count * bs;
     ENTROKV_CUDA_RETURN_IF_ERROR(
         cuda::LaunchEmitBlocks(keys_b, vals_b, d_sorted_pos_.as<int32_t>(),
-                               block_count, config_.block_size,
+                               block_count, limit, config_.block_size,
                                d_out_.as<int32_t>(), stream_),
         "emitting block evictions");
   }

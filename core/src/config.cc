@@ -90,8 +90,20 @@ absl::Status ValidatePolicyParams(const SessionConfig& c) {
     return Bad("ranking", "unknown ranking");
   }
   if (c.budget_control != BudgetControl::kFixed &&
-      c.budget_control != BudgetControl::kEntropy) {
+      c.budget_control != BudgetControl::kEntropy &&
+      c.budget_control != BudgetControl::kThreshold) {
     return Bad("budget_control", "unknown budget controller");
+  }
+  if (c.budget_control == BudgetControl::kThreshold &&
+      !RankingHasScores(c.ranking)) {
+    return Bad("budget_control",
+               absl::StrCat("threshold compares keep scores with tau, and "
+                            "ranking ",
+                            std::string(RankingName(c.ranking)),
+                            " scores by append index"));
+  }
+  if (!std::isfinite(c.threshold.tau)) {
+    return Bad("threshold.tau", "must be finite");
   }
   const AffinityParams& a = c.affinity;
   if (a.update != AffinityUpdate::kSeed &&
@@ -234,6 +246,23 @@ bool RankingNeedsPerHeadQueries(Ranking ranking) {
          ranking == Ranking::kExpected || ranking == Ranking::kBirth;
 }
 
+bool RankingHasScores(Ranking ranking) {
+  return ranking != Ranking::kWindow && ranking != Ranking::kStreaming;
+}
+
+std::vector<std::pair<Ranking, BudgetControl>> AllPolicies() {
+  std::vector<std::pair<Ranking, BudgetControl>> out;
+  for (Ranking ranking : kAllRankings) {
+    for (BudgetControl control : kAllBudgetControls) {
+      if (control == BudgetControl::kThreshold && !RankingHasScores(ranking)) {
+        continue;
+      }
+      out.emplace_back(ranking, control);
+    }
+  }
+  return out;
+}
+
 bool RankingNeedsQueries(Ranking ranking) {
   return ranking != Ranking::kKeyDiff;
 }
@@ -327,6 +356,8 @@ std::string_view BudgetControlName(BudgetControl control) {
       return "fixed";
     case BudgetControl::kEntropy:
       return "entropy";
+    case BudgetControl::kThreshold:
+      return "threshold";
   }
   return "unknown";
 }
@@ -379,7 +410,8 @@ absl::Status ApplyPolicyName(std::string_view name, SessionConfig* config) {
       (parts.size() == 2 && !ParseBudgetControl(parts[1], &control))) {
     return absl::InvalidArgumentError(absl::StrCat(
         "policy: unknown policy \"", std::string(name),
-        "\" (want RANKING[+fixed|+entropy] or \"entropy\"; rankings: window, "
+        "\" (want RANKING[+fixed|+entropy|+threshold] or \"entropy\"; "
+        "rankings: window, "
         "streaming, h2o, tova, keynorm, random, affinity, keydiff, expected, "
         "birth)"));
   }

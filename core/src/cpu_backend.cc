@@ -352,9 +352,10 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   const int64_t budget = budget_.Next(h);
 
   const int64_t need = n - budget;
-  // Keep scores and protection matter only when something is evicted (or a
-  // trace shows them).
-  const bool rank_now = need > 0 || trace != nullptr;
+  const std::optional<double> threshold = EvictionThreshold(config_);
+  // Keep scores and protection matter only when something may be evicted (or
+  // a trace shows them).
+  const bool rank_now = need > 0 || threshold || trace != nullptr;
   rule::StepView view{.ranking = ranking,
                       .streaming_sinks = config_.streaming_sinks,
                       .h2o_recent_from = std::numeric_limits<int64_t>::max(),
@@ -413,6 +414,7 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                    .protect = protect_,
                    .next_index = table_.next_index(),
                    .need = need,
+                   .threshold = threshold,
                    .block_size = config_.block_size,
                    .block_reduce = config_.block_reduce},
                   &selection_, &evict_);

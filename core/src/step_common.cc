@@ -256,7 +256,7 @@ BudgetController::BudgetController(const SessionConfig& config)
 }
 
 int64_t BudgetController::Next(double h) {
-  if (control_ == BudgetControl::kFixed) return budget_;
+  if (control_ != BudgetControl::kEntropy) return budget_;
   if (!started_) {
     started_ = true;
     mean_ = h;
@@ -292,7 +292,7 @@ int64_t H2oRecentFrom(double recent_fraction, int64_t budget,
 
 void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
                      std::vector<int32_t>* evict) {
-  if (in.need <= 0) return;
+  if (in.need <= 0 && !in.threshold) return;
   auto& cands = scratch->candidates;
   cands.clear();
   const int32_t n = static_cast<int32_t>(in.keep.size());
@@ -300,11 +300,23 @@ void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
                  const SelectionScratch::Candidate& b) {
     return a.score < b.score || (a.score == b.score && a.order < b.order);
   };
+  // How many candidates go: `want`, or under a threshold at least those
+  // scoring below tau, which are the smallest in the order.
+  auto count = [&](int64_t want) {
+    if (in.threshold) {
+      int64_t below = 0;
+      for (const SelectionScratch::Candidate& c : cands) {
+        below += c.score < *in.threshold ? 1 : 0;
+      }
+      want = std::max(want, below);
+    }
+    return std::min<int64_t>(std::max<int64_t>(want, 0), cands.size());
+  };
   if (in.block_size == 1) {
     for (int32_t p = 0; p < n; ++p) {
       if (!in.protect[p]) cands.push_back({in.keep[p], in.index[p], p});
     }
-    const int64_t k = std::min<int64_t>(in.need, cands.size());
+    const int64_t k = count(in.need);
     if (k < static_cast<int64_t>(cands.size())) {
       std::nth_element(cands.begin(), cands.begin() + k, cands.end(), less);
     }
@@ -339,7 +351,7 @@ void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
                              : blk.sum / static_cast<double>(bs);
     cands.push_back({score, blk.id, i});
   }
-  const int64_t k = std::min<int64_t>((in.need + bs - 1) / bs, cands.size());
+  const int64_t k = count(in.need > 0 ? (in.need + bs - 1) / bs : 0);
   if (k < static_cast<int64_t>(cands.size())) {
     std::nth_element(cands.begin(), cands.begin() + k, cands.end(), less);
   }

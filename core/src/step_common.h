@@ -151,6 +151,12 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
 // float, summed in double in order. Decodes a few at a time on the stack.
 double SquaredNorm(ElementType type, const std::byte* bytes, int64_t count);
 
+// The threshold budget control's tau, when the session has one (section 8).
+inline std::optional<double> EvictionThreshold(const SessionConfig& config) {
+  if (config.budget_control != BudgetControl::kThreshold) return std::nullopt;
+  return config.threshold.tau;
+}
+
 // The budget controller (section 6).
 class BudgetController {
  public:
@@ -179,6 +185,9 @@ struct SelectionInput {
   absl::Span<const uint8_t> protect;
   int64_t next_index = 0;  // Entries ever appended.
   int64_t need = 0;        // live − B_t.
+  // The threshold budget control's tau: candidates (tokens or blocks) that
+  // score below it are evicted too, however many that is.
+  std::optional<double> threshold;
   int32_t block_size = 1;
   BlockReduce block_reduce = BlockReduce::kMean;
 };

@@ -266,6 +266,8 @@ int RunNeedleTable(const RunOptions& o, bool json) {
   std::vector<NeedleResult> rows;
   for (Ranking ranking : kAllRankings) {
     for (BudgetControl control : kAllBudgetControls) {
+      // A threshold's tau is on its ranking's scale: not in the table.
+      if (control == BudgetControl::kThreshold) continue;
       SessionConfig c = o.session;
       c.ranking = ranking;
       c.budget_control = control;

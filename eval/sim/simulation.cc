@@ -240,6 +240,8 @@ absl::StatusOr<std::vector<ComparisonRow>> Compare(const RunOptions& base,
   std::vector<Variant> variants;
   for (Ranking r : kAllRankings) {
     for (BudgetControl c : kAllBudgetControls) {
+      // A threshold's tau is on its ranking's scale: not in the sweep.
+      if (c == BudgetControl::kThreshold) continue;
       variants.push_back({r, c, base.session.affinity.update});
       if (r == Ranking::kAffinity) {
         const AffinityUpdate other =

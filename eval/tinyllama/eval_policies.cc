@@ -63,6 +63,8 @@ absl::StatusOr<std::vector<PolicyPair>> Policies(const ModelConfig& model,
   if (flag == "all") {
     for (Ranking ranking : kAllRankings) {
       for (BudgetControl control : kAllBudgetControls) {
+        // A threshold's tau is on its ranking's scale: named policies only.
+        if (control == BudgetControl::kThreshold) continue;
         SessionConfig config = EngineSessionConfig(model, 1);
         config.ranking = ranking;
         config.budget_control = control;

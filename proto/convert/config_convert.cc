@@ -80,6 +80,9 @@ absl::Status FromProto(v1::BudgetControl in, BudgetControl* out) {
     case v1::BUDGET_CONTROL_ENTROPY:
       *out = BudgetControl::kEntropy;
       return absl::OkStatus();
+    case v1::BUDGET_CONTROL_THRESHOLD:
+      *out = BudgetControl::kThreshold;
+      return absl::OkStatus();
     default:
       return UnknownEnum("config.budget_control", in);
   }
@@ -206,6 +209,9 @@ absl::Status FromProto(const v1::SessionConfig& proto, SessionConfig* out) {
   if (proto.birth().has_weight()) {
     config.birth.weight = proto.birth().weight();
   }
+  if (proto.threshold().has_tau()) {
+    config.threshold.tau = proto.threshold().tau();
+  }
   if (proto.expected().has_ema_rate()) {
     config.expected.ema_rate = proto.expected().ema_rate();
   }
@@ -299,6 +305,8 @@ v1::BudgetControl ToProto(BudgetControl control) {
       return v1::BUDGET_CONTROL_FIXED;
     case BudgetControl::kEntropy:
       return v1::BUDGET_CONTROL_ENTROPY;
+    case BudgetControl::kThreshold:
+      return v1::BUDGET_CONTROL_THRESHOLD;
   }
   return v1::BUDGET_CONTROL_UNSPECIFIED;
 }
@@ -363,6 +371,7 @@ void ToProto(const SessionConfig& config, v1::SessionConfig* out) {
   out->mutable_h2o()->set_recent_fraction(config.h2o.recent_fraction);
   out->mutable_expected()->set_ema_rate(config.expected.ema_rate);
   out->mutable_birth()->set_weight(config.birth.weight);
+  out->mutable_threshold()->set_tau(config.threshold.tau);
   out->set_streaming_sinks(config.streaming_sinks);
   out->set_seed(config.seed);
   out->mutable_protection()->set_sinks(config.protection.sinks);

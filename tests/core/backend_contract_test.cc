@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -50,7 +51,8 @@ std::vector<BackendKind> CompiledBackends() {
   std::unique_ptr<Backend> lhs = std::move(lhs##_or).value()
 
 using ContractParam =
-    std::tuple<BackendKind, Ranking, BudgetControl, ElementType, int32_t>;
+    std::tuple<BackendKind, std::pair<Ranking, BudgetControl>, ElementType,
+               int32_t>;
 
 class BackendContractTest : public ::testing::TestWithParam<ContractParam> {
  protected:
@@ -60,11 +62,10 @@ class BackendContractTest : public ::testing::TestWithParam<ContractParam> {
     config.shape.kv_heads = 2;
     config.shape.q_heads = 8;
     config.shape.head_dim = 32;
-    config.shape.element_type = std::get<3>(p);
+    config.shape.element_type = std::get<2>(p);
     config.budget = 48;
-    config.ranking = std::get<1>(p);
-    config.budget_control = std::get<2>(p);
-    config.block_size = std::get<4>(p);
+    std::tie(config.ranking, config.budget_control) = std::get<1>(p);
+    config.block_size = std::get<3>(p);
     config.protection.sinks = 2;
     config.protection.recent = 4;
     config.streaming_sinks = 4;
@@ -142,7 +143,8 @@ TEST_P(BackendContractTest, SameEvictionsAndScoresAsTheCpuBackend) {
 }
 
 std::string ContractName(const ::testing::TestParamInfo<ContractParam>& info) {
-  const auto& [kind, ranking, control, type, block] = info.param;
+  const auto& [kind, policy, type, block] = info.param;
+  const auto& [ranking, control] = policy;
   return std::string(BackendKindName(kind)) + "_" +
          std::string(RankingName(ranking)) + "_" +
          std::string(BudgetControlName(control)) + "_" +
@@ -153,8 +155,7 @@ std::string ContractName(const ::testing::TestParamInfo<ContractParam>& info) {
 INSTANTIATE_TEST_SUITE_P(
     EveryPolicy, BackendContractTest,
     ::testing::Combine(::testing::ValuesIn(CompiledBackends()),
-                       ::testing::ValuesIn(kAllRankings),
-                       ::testing::ValuesIn(kAllBudgetControls),
+                       ::testing::ValuesIn(AllPolicies()),
                        ::testing::Values(ElementType::kF32, ElementType::kF16,
                                          ElementType::kBf16),
                        ::testing::Values(1, 4)),

@@ -188,62 +188,60 @@ TEST_F(CadenceTest, ByteLimitCountsPendingEntries) {
 // entry appended since the previous decision, with the decision step's
 // queries and entropy.
 TEST(CadenceEquivalenceTest, DecidesAsAnEverySessionFedOnlyDecisions) {
-  for (Ranking ranking : kAllRankings) {
-    for (BudgetControl control : kAllBudgetControls) {
-      SessionConfig config;
-      config.ranking = ranking;
-      config.budget_control = control;
-      SCOPED_TRACE(PolicyName(config));
-      Shape shape;
-      shape.layers = 2;
-      shape.kv_heads = 2;
-      shape.q_heads = 4;
-      shape.head_dim = 16;
-      shape.element_type = ElementType::kF32;
-      config.shape = shape;
-      config.budget = 12;
-      config.protection.sinks = 1;
-      SessionConfig every = config;
-      config.decide_every = 4;
-      auto backend = std::move(CreateBackend(BackendKind::kCpu)).value();
-      auto cadenced = std::move(backend->CreateSession(config, {})).value();
-      auto reference = std::move(backend->CreateSession(every, {})).value();
-      std::mt19937 rng(7);
-      std::normal_distribution<float> normal;
-      StepBuilder batch(shape);
-      uint64_t slot = 0;
-      for (uint64_t step = 0; step < 48; ++step) {
-        StepBuilder b(shape);
-        const int appended = step % 5 == 0 ? 3 : 1;
-        for (int e = 0; e < appended; ++e) {
-          std::vector<float> key(shape.key_elements());
-          for (float& v : key) v = normal(rng);
-          b.Append(slot, key);
-          batch.Append(slot, key);
-          ++slot;
-        }
-        std::vector<float> query(shape.query_elements());
-        for (float& v : query) v = normal(rng);
-        const double h = 0.5 + std::abs(normal(rng));
-        const bool decides = (step + 1) % 4 == 0;
-        if (decides) b.Query(query).Entropy(h);
-        StepResult got;
-        ASSERT_TRUE(cadenced->Step(b.Build(step), &got).ok());
-        if (!decides) {
-          EXPECT_THAT(got.evicted, IsEmpty());
-          continue;
-        }
-        batch.Query(query).Entropy(h);
-        StepResult want;
-        ASSERT_TRUE(reference->Step(batch.Build(step / 4), &want).ok());
-        // The random ranking hashes the step number, which differs here.
-        if (ranking != Ranking::kRandom) {
-          EXPECT_EQ(got.evicted, want.evicted) << "step " << step;
-        }
-        EXPECT_EQ(got.live, want.live);
-        EXPECT_EQ(got.budget, want.budget);
-        batch = StepBuilder(shape);
+  for (const auto& [ranking, control] : AllPolicies()) {
+    SessionConfig config;
+    config.ranking = ranking;
+    config.budget_control = control;
+    SCOPED_TRACE(PolicyName(config));
+    Shape shape;
+    shape.layers = 2;
+    shape.kv_heads = 2;
+    shape.q_heads = 4;
+    shape.head_dim = 16;
+    shape.element_type = ElementType::kF32;
+    config.shape = shape;
+    config.budget = 12;
+    config.protection.sinks = 1;
+    SessionConfig every = config;
+    config.decide_every = 4;
+    auto backend = std::move(CreateBackend(BackendKind::kCpu)).value();
+    auto cadenced = std::move(backend->CreateSession(config, {})).value();
+    auto reference = std::move(backend->CreateSession(every, {})).value();
+    std::mt19937 rng(7);
+    std::normal_distribution<float> normal;
+    StepBuilder batch(shape);
+    uint64_t slot = 0;
+    for (uint64_t step = 0; step < 48; ++step) {
+      StepBuilder b(shape);
+      const int appended = step % 5 == 0 ? 3 : 1;
+      for (int e = 0; e < appended; ++e) {
+        std::vector<float> key(shape.key_elements());
+        for (float& v : key) v = normal(rng);
+        b.Append(slot, key);
+        batch.Append(slot, key);
+        ++slot;
       }
+      std::vector<float> query(shape.query_elements());
+      for (float& v : query) v = normal(rng);
+      const double h = 0.5 + std::abs(normal(rng));
+      const bool decides = (step + 1) % 4 == 0;
+      if (decides) b.Query(query).Entropy(h);
+      StepResult got;
+      ASSERT_TRUE(cadenced->Step(b.Build(step), &got).ok());
+      if (!decides) {
+        EXPECT_THAT(got.evicted, IsEmpty());
+        continue;
+      }
+      batch.Query(query).Entropy(h);
+      StepResult want;
+      ASSERT_TRUE(reference->Step(batch.Build(step / 4), &want).ok());
+      // The random ranking hashes the step number, which differs here.
+      if (ranking != Ranking::kRandom) {
+        EXPECT_EQ(got.evicted, want.evicted) << "step " << step;
+      }
+      EXPECT_EQ(got.live, want.live);
+      EXPECT_EQ(got.budget, want.budget);
+      batch = StepBuilder(shape);
     }
   }
 }

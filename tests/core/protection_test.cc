@@ -7,6 +7,7 @@
 #include <set>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "core_test_util.h"
@@ -78,9 +79,9 @@ TEST(ProtectionTest, AnEvictedSlotIdMayBeReused) {
   EXPECT_THAT(session.Live(), ElementsAre(7));
 }
 
-// Every ranking and both controllers respect every kind of protection.
+// Every ranking and every controller respect every kind of protection.
 class ProtectionAcrossRankingsTest
-    : public ::testing::TestWithParam<std::tuple<Ranking, BudgetControl>> {};
+    : public ::testing::TestWithParam<std::pair<Ranking, BudgetControl>> {};
 
 TEST_P(ProtectionAcrossRankingsTest, NeverEvictsPinnedSinksOrRecent) {
   const auto [ranking, control] = GetParam();
@@ -127,8 +128,7 @@ TEST_P(ProtectionAcrossRankingsTest, NeverEvictsPinnedSinksOrRecent) {
 
 INSTANTIATE_TEST_SUITE_P(
     AllPolicies, ProtectionAcrossRankingsTest,
-    ::testing::Combine(::testing::ValuesIn(kAllRankings),
-                       ::testing::ValuesIn(kAllBudgetControls)),
+    ::testing::ValuesIn(AllPolicies()),
     [](const auto& info) {
       return std::string(RankingName(std::get<0>(info.param))) + "_" +
              std::string(BudgetControlName(std::get<1>(info.param)));

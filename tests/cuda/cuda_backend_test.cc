@@ -23,6 +23,7 @@
 #include <string>
 #include <thread>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -79,16 +80,15 @@ Shape MakeShape(ShapeKind kind, ElementType type) {
   return s;
 }
 
-using Param =
-    std::tuple<ShapeKind, Ranking, BudgetControl, ElementType, int32_t>;
+using Param = std::tuple<ShapeKind, std::pair<Ranking, BudgetControl>,
+                         ElementType, int32_t>;
 
 SessionConfig ConfigFor(const Param& p) {
   SessionConfig config;
-  config.shape = MakeShape(std::get<0>(p), std::get<3>(p));
+  config.shape = MakeShape(std::get<0>(p), std::get<2>(p));
   config.budget = 64;
-  config.ranking = std::get<1>(p);
-  config.budget_control = std::get<2>(p);
-  config.block_size = std::get<4>(p);
+  std::tie(config.ranking, config.budget_control) = std::get<1>(p);
+  config.block_size = std::get<3>(p);
   // Both block reductions and both affinity rules across the sweep.
   config.block_reduce = static_cast<int>(config.ranking) % 2 == 1
                             ? BlockReduce::kMax
@@ -190,7 +190,8 @@ TEST_P(CudaMatchesCpuTest, SameEvictionsAndScoresOnASyntheticStream) {
 }
 
 std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
-  const auto& [shape, ranking, control, type, block] = info.param;
+  const auto& [shape, policy, type, block] = info.param;
+  const auto& [ranking, control] = policy;
   return std::string(shape == ShapeKind::kWide ? "d128_" : "d24g12_") +
          std::string(RankingName(ranking)) + "_" +
          std::string(BudgetControlName(control)) + "_" +
@@ -201,8 +202,7 @@ std::string ParamName(const ::testing::TestParamInfo<Param>& info) {
 INSTANTIATE_TEST_SUITE_P(
     EveryPolicy, CudaMatchesCpuTest,
     ::testing::Combine(::testing::Values(ShapeKind::kWide, ShapeKind::kOdd),
-                       ::testing::ValuesIn(kAllRankings),
-                       ::testing::ValuesIn(kAllBudgetControls),
+                       ::testing::ValuesIn(AllPolicies()),
                        ::testing::Values(ElementType::kF32, ElementType::kF16,
                                          ElementType::kBf16),
                        ::testing::Values(1, 8)),
@@ -335,8 +335,10 @@ TEST(CudaBackendTest, ManySessionsOnManyThreadsEachMatchTheCpu) {
   ASSERT_OK_AND_ASSIGN(auto cpu_backend, CreateBackend(BackendKind::kCpu));
   constexpr int kThreads = 4;
   constexpr int kSessionsPerThread = 3;
-  const Param param{ShapeKind::kWide, Ranking::kAffinity,
-                    BudgetControl::kEntropy, ElementType::kF16, 1};
+  const Param param{ShapeKind::kWide,
+                    {Ranking::kAffinity, BudgetControl::kEntropy},
+                    ElementType::kF16,
+                    1};
   const SessionConfig config = ConfigFor(param);
   std::vector<std::thread> threads;
   std::vector<int64_t> evictions(kThreads * kSessionsPerThread, 0);

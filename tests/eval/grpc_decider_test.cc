@@ -72,26 +72,24 @@ class GrpcDeciderTest : public ::testing::Test {
 };
 
 TEST_F(GrpcDeciderTest, SameResultsAsInProcessForEveryPolicy) {
-  for (Ranking ranking : kAllRankings) {
-    for (BudgetControl control : kAllBudgetControls) {
-      SessionConfig config = EngineSessionConfig(model_->config(), 24);
-      config.ranking = ranking;
-      config.budget_control = control;
-      SCOPED_TRACE(PolicyName(config));
-      for (int story = 0; story < 2; ++story) {
-        for (int lag : {0, 1}) {
-          ASSERT_OK_AND_ASSIGN(SequenceResult local,
-                               Run(local_.get(), config, story, lag));
-          ASSERT_OK_AND_ASSIGN(SequenceResult remote,
-                               Run(grpc_.get(), config, story, lag));
-          EXPECT_GT(local.evicted, 0);
-          // Same evictions: the NLL is identical to the bit.
-          EXPECT_EQ(remote.nll_sum, local.nll_sum) << "story " << story;
-          EXPECT_EQ(remote.live_sum, local.live_sum);
-          EXPECT_EQ(remote.peak_live, local.peak_live);
-          EXPECT_EQ(remote.evicted, local.evicted);
-          EXPECT_EQ(remote.evicted_at, local.evicted_at);
-        }
+  for (const auto& [ranking, control] : AllPolicies()) {
+    SessionConfig config = EngineSessionConfig(model_->config(), 24);
+    config.ranking = ranking;
+    config.budget_control = control;
+    SCOPED_TRACE(PolicyName(config));
+    for (int story = 0; story < 2; ++story) {
+      for (int lag : {0, 1}) {
+        ASSERT_OK_AND_ASSIGN(SequenceResult local,
+                             Run(local_.get(), config, story, lag));
+        ASSERT_OK_AND_ASSIGN(SequenceResult remote,
+                             Run(grpc_.get(), config, story, lag));
+        EXPECT_GT(local.evicted, 0);
+        // Same evictions: the NLL is identical to the bit.
+        EXPECT_EQ(remote.nll_sum, local.nll_sum) << "story " << story;
+        EXPECT_EQ(remote.live_sum, local.live_sum);
+        EXPECT_EQ(remote.peak_live, local.peak_live);
+        EXPECT_EQ(remote.evicted, local.evicted);
+        EXPECT_EQ(remote.evicted_at, local.evicted_at);
       }
     }
   }

@@ -4,6 +4,7 @@
 #include <memory>
 #include <string>
 #include <tuple>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "entrokv/core/backend.h"
@@ -19,7 +20,7 @@ using ::testing::ElementsAreArray;
 
 class DecodeEquivalenceTest
     : public ServerTest,
-      public ::testing::WithParamInterface<std::tuple<Ranking, BudgetControl>> {
+      public ::testing::WithParamInterface<std::pair<Ranking, BudgetControl>> {
  protected:
   // Runs `steps` steps of one synthetic stream through the server and through
   // an in-process CPU session, and compares every step's answer.
@@ -87,8 +88,7 @@ TEST_P(DecodeEquivalenceTest, EvictsExactlyAsCoreInProcess) {
 
 INSTANTIATE_TEST_SUITE_P(
     EveryPolicy, DecodeEquivalenceTest,
-    ::testing::Combine(::testing::ValuesIn(kAllRankings),
-                       ::testing::ValuesIn(kAllBudgetControls)),
+    ::testing::ValuesIn(AllPolicies()),
     [](const ::testing::TestParamInfo<DecodeEquivalenceTest::ParamType>& info) {
       return absl::StrCat(
           std::string(RankingName(std::get<0>(info.param))), "_",

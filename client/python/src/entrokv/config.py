@@ -17,7 +17,7 @@ from .errors import EntroKvError, invalid
 
 RANKINGS = ("window", "streaming", "h2o", "tova", "keynorm", "random", "affinity",
             "keydiff", "expected", "birth")
-BUDGET_CONTROLS = ("fixed", "entropy")
+BUDGET_CONTROLS = ("fixed", "entropy", "threshold")
 ELEMENT_TYPES = ("f32", "f16", "bf16")
 QUERY_FORMS = ("per_head", "group_sum")
 AFFINITY_UPDATES = ("seed", "logit_ema")
@@ -109,6 +109,8 @@ class SessionConfig:
     h2o_recent_fraction: float = 0.5
     expected_ema_rate: float = 0.05  # expected ranking: query statistics' rate.
     birth_weight: float = 1.0  # birth ranking: eta in a * exp(eta * H_birth).
+    # threshold budget control: entries scoring below tau are evicted.
+    threshold_tau: float = 0.01
     streaming_sinks: int = 4
     seed: int = 0
     protection: Protection = field(default_factory=Protection)
@@ -155,9 +157,10 @@ def apply_policy_name(name: str, config: SessionConfig) -> None:
     if (len(parts) > 2 or parts[0] not in RANKINGS
             or (len(parts) == 2 and parts[1] not in BUDGET_CONTROLS)):
         raise invalid(
-            f'policy: unknown policy "{name}" (want RANKING[+fixed|+entropy] or '
-            '"entropy"; rankings: window, streaming, h2o, tova, keynorm, random, '
-            "affinity, keydiff, expected, birth)")
+            f'policy: unknown policy "{name}" (want '
+            'RANKING[+fixed|+entropy|+threshold] or "entropy"; rankings: window, '
+            "streaming, h2o, tova, keynorm, random, affinity, keydiff, expected, "
+            "birth)")
     config.ranking = parts[0]
     config.budget_control = parts[1] if len(parts) == 2 else "fixed"
 
@@ -220,6 +223,12 @@ def validate_config(c: SessionConfig) -> None:
         raise bad("ranking", "unknown ranking")
     if c.budget_control not in BUDGET_CONTROLS:
         raise bad("budget_control", "unknown budget controller")
+    if c.budget_control == "threshold" and c.ranking in ("window", "streaming"):
+        raise bad("budget_control",
+                  "threshold compares keep scores with tau, and ranking "
+                  f"{c.ranking} scores by append index")
+    if not math.isfinite(c.threshold_tau):
+        raise bad("threshold.tau", "must be finite")
     a = c.affinity
     if a.update not in AFFINITY_UPDATES:
         raise bad("affinity.update", "unknown update rule")
@@ -316,6 +325,7 @@ def to_proto(c: SessionConfig, pb2) -> "object":
     m.h2o.recent_fraction = c.h2o_recent_fraction
     m.expected.ema_rate = c.expected_ema_rate
     m.birth.weight = c.birth_weight
+    m.threshold.tau = c.threshold_tau
     m.streaming_sinks = c.streaming_sinks
     m.seed = c.seed
     m.protection.sinks = c.protection.sinks
@@ -378,6 +388,7 @@ def from_proto(m, base: Optional[SessionConfig] = None) -> SessionConfig:
         h2o_recent_fraction=_opt(m.h2o, "recent_fraction", b.h2o_recent_fraction),
         expected_ema_rate=_opt(m.expected, "ema_rate", b.expected_ema_rate),
         birth_weight=_opt(m.birth, "weight", b.birth_weight),
+        threshold_tau=_opt(m.threshold, "tau", b.threshold_tau),
         streaming_sinks=_opt(m, "streaming_sinks", b.streaming_sinks),
         seed=m.seed or b.seed,
         protection=Protection(

@@ -13,6 +13,7 @@
 #include <cstdint>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -70,9 +71,13 @@ inline constexpr Ranking kAllRankings[] = {
     Ranking::kAffinity, Ranking::kKeyDiff,   Ranking::kExpected,
     Ranking::kBirth};
 
-enum class BudgetControl : uint8_t { kFixed, kEntropy };
-inline constexpr BudgetControl kAllBudgetControls[] = {BudgetControl::kFixed,
-                                                       BudgetControl::kEntropy};
+// How many entries may live at a step (docs/step-semantics.md sections 6 and
+// 8): a fixed budget, one that follows the entropy, or a fixed ceiling under
+// which entries are also evicted once their keep score falls below a
+// threshold (after DMS/KVzap), so that memory follows the input.
+enum class BudgetControl : uint8_t { kFixed, kEntropy, kThreshold };
+inline constexpr BudgetControl kAllBudgetControls[] = {
+    BudgetControl::kFixed, BudgetControl::kEntropy, BudgetControl::kThreshold};
 
 // The affinity update rule (docs/design.md "Affinity").
 enum class AffinityUpdate : uint8_t {
@@ -119,6 +124,14 @@ struct BirthParams {
   double weight = 1.0;  // η, in [0, 100].
 };
 
+// The `threshold` budget control: every unprotected entry whose keep score
+// is below `tau` is evicted, and the budget is a ceiling (docs/step-semantics.md
+// section 8). The protected recent window is `Protection::recent`. The scale of
+// tau is the ranking's keep score (tova: a share of the attention).
+struct ThresholdParams {
+  double tau = 0.01;  // Finite.
+};
+
 struct Protection {
   int64_t sinks = 0;   // The first `sinks` entries ever appended are kept.
   int64_t recent = 0;  // The last `recent` entries appended are kept.
@@ -134,6 +147,7 @@ struct SessionConfig {
   H2oParams h2o;
   ExpectedParams expected;
   BirthParams birth;
+  ThresholdParams threshold;
   int64_t streaming_sinks = 4;  // kStreaming: entries always ranked first.
   uint64_t seed = 0;            // kRandom.
   Protection protection;
@@ -175,6 +189,15 @@ bool RankingNeedsPerHeadQueries(Ranking ranking);
 // False for the one ranking that reads no query (keydiff): its decision steps
 // may omit queries (docs/step-semantics.md section 1).
 bool RankingNeedsQueries(Ranking ranking);
+
+// False for the rankings whose keep score is an append index (window,
+// streaming); only the others take the threshold budget control.
+bool RankingHasScores(Ranking ranking);
+
+// Every pairing of a ranking and a budget control that a session accepts
+// (threshold only with a ranking that has scores), in kAllRankings order,
+// then kAllBudgetControls order.
+std::vector<std::pair<Ranking, BudgetControl>> AllPolicies();
 
 // The model layers a session scores by default for a model of `model_layers`
 // layers: all of them up to 4; otherwise 4 spread evenly, layer
