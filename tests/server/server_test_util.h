@@ -454,9 +454,10 @@ inline v1::SessionConfig ToWireConfig(const SessionConfig& config) {
       v1::RANKING_AFFINITY, v1::RANKING_KEYDIFF,   v1::RANKING_EXPECTED,
       v1::RANKING_BIRTH};
   out.set_ranking(kRankings[static_cast<int>(config.ranking)]);
-  out.set_budget_control(config.budget_control == BudgetControl::kFixed
-                             ? v1::BUDGET_CONTROL_FIXED
-                             : v1::BUDGET_CONTROL_ENTROPY);
+  constexpr v1::BudgetControl kControls[] = {v1::BUDGET_CONTROL_FIXED,
+                                             v1::BUDGET_CONTROL_ENTROPY,
+                                             v1::BUDGET_CONTROL_THRESHOLD};
+  out.set_budget_control(kControls[static_cast<int>(config.budget_control)]);
   out.mutable_affinity()->set_update(config.affinity.update ==
                                              AffinityUpdate::kSeed
                                          ? v1::AFFINITY_UPDATE_SEED
@@ -473,6 +474,7 @@ inline v1::SessionConfig ToWireConfig(const SessionConfig& config) {
   out.mutable_h2o()->set_recent_fraction(config.h2o.recent_fraction);
   out.mutable_expected()->set_ema_rate(config.expected.ema_rate);
   out.mutable_birth()->set_weight(config.birth.weight);
+  out.mutable_threshold()->set_tau(config.threshold.tau);
   out.set_streaming_sinks(config.streaming_sinks);
   out.set_seed(config.seed);
   out.mutable_protection()->set_sinks(config.protection.sinks);
