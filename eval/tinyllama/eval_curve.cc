@@ -16,8 +16,7 @@ absl::StatusOr<const Run*> CurveSearch::At(Curve* curve, int64_t budget) {
   auto it = curve->runs.find(budget);
   if (it != curve->runs.end()) return &it->second;
   Run run;
-  run.config = curve->config;
-  run.config.budget = budget;
+  run.config = AtBudget(curve->config, budget);
   run.policy = PolicyName(run.config);
   run.variant = VariantLabel(run.config);
   run.record_evictions = record_evictions_;

@@ -93,6 +93,11 @@ ABSL_FLAG(bool, cadence_scaled_rates, false,
           "that the state spans as many tokens as when deciding every step: "
           "affinity lambda -> lambda^K, entropy-budget EMA rate r -> "
           "1 - (1 - r)^K.");
+ABSL_FLAG(double, threshold_share, 0.5,
+          "Policies with the threshold budget control (RANKING+threshold): "
+          "each run at nominal budget B (the ceiling) evicts what scores "
+          "below tau = share / B, a share of a uniform attention share over "
+          "B entries (the scale of tova, expected and birth). > 0.");
 ABSL_FLAG(bool, fidelity, false,
           "Measure the variant against the same policies scored exactly "
           "(same block size, no sketch, per-head queries, all layers, every "

@@ -48,6 +48,7 @@ ABSL_DECLARE_FLAG(int, block_size);
 ABSL_DECLARE_FLAG(bool, block_summary);
 ABSL_DECLARE_FLAG(bool, cadence_scaled_rates);
 ABSL_DECLARE_FLAG(bool, fidelity);
+ABSL_DECLARE_FLAG(double, threshold_share);
 
 namespace entrokv::tinyllama {
 

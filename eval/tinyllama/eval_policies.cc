@@ -1,5 +1,7 @@
 #include "tinyllama/eval_policies.h"
 
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <utility>
 
@@ -109,7 +111,21 @@ absl::StatusOr<std::vector<PolicyPair>> Policies(const ModelConfig& model,
   if (policies.empty()) {
     return absl::InvalidArgumentError("no policy left to evaluate");
   }
+  const double share = absl::GetFlag(FLAGS_threshold_share);
+  if (!(share > 0.0) || !std::isfinite(share)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--threshold_share: ", share, "; want a finite value > 0"));
+  }
   return policies;
+}
+
+SessionConfig AtBudget(SessionConfig config, int64_t budget) {
+  config.budget = budget;
+  if (config.budget_control == BudgetControl::kThreshold) {
+    config.threshold.tau = absl::GetFlag(FLAGS_threshold_share) /
+                           static_cast<double>(std::max<int64_t>(budget, 1));
+  }
+  return config;
 }
 
 std::string ParamsOf(const SessionConfig& c) {
@@ -131,6 +147,11 @@ std::string ParamsOf(const SessionConfig& c) {
   if (c.budget_control == BudgetControl::kEntropy) {
     parts.push_back(absl::StrCat("gamma=", c.entropy_budget.gamma,
                                  " ema_rate=", c.entropy_budget.ema_rate));
+  }
+  if (c.budget_control == BudgetControl::kThreshold) {
+    parts.push_back(absl::StrCat(
+        "tau=", absl::GetFlag(FLAGS_threshold_share), "/B recent=",
+        c.protection.recent));
   }
   return absl::StrJoin(parts, " ");
 }

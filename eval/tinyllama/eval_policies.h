@@ -44,6 +44,11 @@ std::string VariantLabel(const SessionConfig& config);
 absl::StatusOr<std::vector<PolicyPair>> Policies(const ModelConfig& model,
                                                  const std::string& flag);
 
+// `config` at nominal budget `budget`; under the threshold budget control
+// also tau = --threshold_share / budget, so that a budget search calibrates
+// the ceiling and the threshold together.
+SessionConfig AtBudget(SessionConfig config, int64_t budget);
+
 // The parameters a policy's ranking or controller uses, as text.
 std::string ParamsOf(const SessionConfig& c);
 

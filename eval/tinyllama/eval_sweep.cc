@@ -35,8 +35,7 @@ std::vector<Run> SweepRuns(const std::vector<SessionConfig>& policies,
           continue;
         }
         Run run;
-        run.config = policy;
-        run.config.budget = budget;
+        run.config = AtBudget(policy, budget);
         run.policy = PolicyName(run.config);
         run.variant = VariantLabel(run.config);
         run.lag = lag;
