@@ -141,6 +141,28 @@ struct KeyDiffArgs {
 // 3), bit-identical to the CPU backend's.
 cudaError_t LaunchKeyDiff(const KeyDiffArgs& args, cudaStream_t stream);
 
+struct RedundancyArgs {
+  ElementType type;
+  const std::byte* keys;
+  int64_t capacity;
+  int32_t planes;  // layers × kv_heads.
+  int32_t dim;     // Elements per stored key row.
+  int64_t live;
+  const int64_t* index;  // Per position: the append index.
+  const int32_t* rows;   // The reference rows' positions (RedundancyRows).
+  int32_t row_count;
+  double* inv_norm;  // Scratch, planes × live.
+  int32_t* retain;   // Scratch, planes × row_count.
+  double* r;         // Scratch, planes × live.
+  double* stats;     // Scratch, planes × 2: the softmax's max and sum.
+  double* out;       // Per position: R_i.
+};
+
+// rkv's redundancy R_i of every live entry (docs/step-semantics.md section
+// 3), in the CPU backend's order (core/src/key_stats.cc); exp may differ from
+// the host's in the last place.
+cudaError_t LaunchRedundancy(const RedundancyArgs& args, cudaStream_t stream);
+
 struct VarianceTermArgs {
   ElementType type;
   const std::byte* keys;
@@ -197,6 +219,9 @@ struct FinishArgs {
   double* keep;
   uint8_t* protect;
   double birth_weight = 0.0;  // birth: η.
+  // rkv: R_i per position, or null when not computed; λ.
+  const double* redundancy = nullptr;
+  double rkv_lambda = 0.0;
 };
 
 // Aggregates s_i and a_i, updates the ranking state, writes keep scores and

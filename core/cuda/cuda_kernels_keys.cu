@@ -1,11 +1,13 @@
 // Device kernels of the CUDA backend for the rankings that read the stored
 // keys beyond z (docs/step-semantics.md section 3): keydiff's cosine to the
-// live keys' mean direction, and the variance term of expected's logits.
+// live keys' mean direction, rkv's redundancy, and the variance term of
+// expected's logits.
 //
-// The CPU backend computes both in double (core/src/key_stats.cc); these
+// The CPU backend computes them in double (core/src/key_stats.cc); these
 // kernels do the same operations in the same order with the round-to-nearest
 // intrinsics (no contraction into FMA), so that keydiff's scores and the
-// variance term are bit-identical to the CPU's. The μ term of expected's
+// variance term are bit-identical to the CPU's (rkv's up to exp's last
+// place). The μ term of expected's
 // logits comes from LaunchScore and agrees to float rounding.
 
 #include <cuda_runtime.h>
@@ -98,6 +100,88 @@ __global__ void __launch_bounds__(kThreads) KeyDiffKernel(KeyDiffArgs a) {
   }
 }
 
+// The cosine of rows `i` and `p` of one plane, as the CPU computes it:
+// (Σ_j k_i[j]·k_p[j])·inv_i·inv_p; 0 for p = i.
+__device__ double RowCosine(const RedundancyArgs& a, int64_t plane, int64_t i,
+                            int64_t p) {
+  if (p == i) return 0.0;
+  const std::byte* ki = KeyRow(a.keys, a.type, a.capacity, a.dim, plane, i);
+  const std::byte* kp = KeyRow(a.keys, a.type, a.capacity, a.dim, plane, p);
+  double dot = 0.0;
+  for (int32_t j = 0; j < a.dim; ++j) {
+    dot = __dadd_rn(dot, __dmul_rn(LoadElementAny(a.type, ki, j),
+                                   LoadElementAny(a.type, kp, j)));
+  }
+  return __dmul_rn(__dmul_rn(dot, a.inv_norm[plane * a.live + i]),
+                   a.inv_norm[plane * a.live + p]);
+}
+
+// retain[plane·row_count + t]: the position of reference row t's most recent
+// duplicate (cosine > 0.5, largest append index), or -1.
+__global__ void __launch_bounds__(kThreads) RetainKernel(RedundancyArgs a) {
+  const int64_t items = int64_t{a.planes} * a.row_count;
+  for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < items;
+       u += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t plane = u / a.row_count;
+    const int64_t i = a.rows[u % a.row_count];
+    int64_t retain = -1;
+    for (int64_t p = 0; p < a.live; ++p) {
+      if (RowCosine(a, plane, i, p) > 0.5 &&
+          (retain < 0 || a.index[p] > a.index[retain])) {
+        retain = p;
+      }
+    }
+    a.retain[u] = static_cast<int32_t>(retain);
+  }
+}
+
+// r[plane·live + p] = (Σ_t S_tp) / row_count, t ascending.
+__global__ void __launch_bounds__(kThreads) RowMeanKernel(RedundancyArgs a) {
+  const int64_t items = int64_t{a.planes} * a.live;
+  for (int64_t u = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; u < items;
+       u += int64_t{gridDim.x} * blockDim.x) {
+    const int64_t plane = u / a.live;
+    const int64_t p = u % a.live;
+    double r = 0.0;
+    for (int32_t t = 0; t < a.row_count; ++t) {
+      const double c = a.retain[plane * a.row_count + t] == p
+                           ? 0.0
+                           : RowCosine(a, plane, a.rows[t], p);
+      r = __dadd_rn(r, c);
+    }
+    a.r[u] = __ddiv_rn(r, static_cast<double>(a.row_count));
+  }
+}
+
+// stats[2·plane] = max_p r, stats[2·plane + 1] = Σ_p exp(r − max), p
+// ascending; one thread per plane, for the CPU's order.
+__global__ void SoftmaxStatsKernel(RedundancyArgs a) {
+  for (int64_t plane = blockIdx.x * int64_t{blockDim.x} + threadIdx.x;
+       plane < a.planes; plane += int64_t{gridDim.x} * blockDim.x) {
+    const double* r = a.r + plane * a.live;
+    double max = -HUGE_VAL;
+    for (int64_t p = 0; p < a.live; ++p) max = fmax(max, r[p]);
+    double sum = 0.0;
+    for (int64_t p = 0; p < a.live; ++p) sum = __dadd_rn(sum, exp(r[p] - max));
+    a.stats[2 * plane] = max;
+    a.stats[2 * plane + 1] = sum;
+  }
+}
+
+// out[p] = (Σ_planes exp(r − max) / sum) / planes, planes ascending.
+__global__ void __launch_bounds__(kThreads)
+    RedundancyOutKernel(RedundancyArgs a) {
+  for (int64_t p = blockIdx.x * int64_t{blockDim.x} + threadIdx.x; p < a.live;
+       p += int64_t{gridDim.x} * blockDim.x) {
+    double out = 0.0;
+    for (int64_t plane = 0; plane < a.planes; ++plane) {
+      const double e = exp(a.r[plane * a.live + p] - a.stats[2 * plane]);
+      out = __dadd_rn(out, __ddiv_rn(e, a.stats[2 * plane + 1]));
+    }
+    a.out[p] = __ddiv_rn(out, static_cast<double>(a.planes));
+  }
+}
+
 // z[r·live + p] += Σ_j var[r, j]·k[p, j]² / (2·head_dim) for the q heads r
 // of each plane's kv head; one thread per (plane, p).
 __global__ void __launch_bounds__(kThreads)
@@ -135,6 +219,25 @@ cudaError_t LaunchKeyDiff(const KeyDiffArgs& a, cudaStream_t stream) {
                  stream>>>(a);
   AnchorNormKernel<<<GridFor(a.planes, kThreads), kThreads, 0, stream>>>(a);
   KeyDiffKernel<<<GridFor(a.live, kThreads), kThreads, 0, stream>>>(a);
+  return cudaGetLastError();
+}
+
+cudaError_t LaunchRedundancy(const RedundancyArgs& a, cudaStream_t stream) {
+  if (a.live <= 0 || a.row_count <= 0) return cudaSuccess;
+  KeyDiffArgs norms{.type = a.type,
+                    .keys = a.keys,
+                    .capacity = a.capacity,
+                    .planes = a.planes,
+                    .dim = a.dim,
+                    .live = a.live,
+                    .inv_norm = a.inv_norm};
+  const int64_t per_plane = int64_t{a.planes} * a.live;
+  InvNormKernel<<<GridFor(per_plane, kThreads), kThreads, 0, stream>>>(norms);
+  RetainKernel<<<GridFor(int64_t{a.planes} * a.row_count, kThreads), kThreads,
+                 0, stream>>>(a);
+  RowMeanKernel<<<GridFor(per_plane, kThreads), kThreads, 0, stream>>>(a);
+  SoftmaxStatsKernel<<<GridFor(a.planes, kThreads), kThreads, 0, stream>>>(a);
+  RedundancyOutKernel<<<GridFor(a.live, kThreads), kThreads, 0, stream>>>(a);
   return cudaGetLastError();
 }
 

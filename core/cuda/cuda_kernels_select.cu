@@ -83,7 +83,8 @@ __global__ void __launch_bounds__(kThreads) FinishKernel(FinishArgs a) {
                                               : 0,
                        .seed = a.seed,
                        .step = a.step,
-                       .birth_weight = a.birth_weight},
+                       .birth_weight = a.birth_weight,
+                       .rkv_lambda = a.rkv_lambda},
         rule::EntryView{.index = index,
                         .key_norm = a.ranking == Ranking::kKeyNorm
                                         ? a.state.key_norm[p]
@@ -95,7 +96,9 @@ __global__ void __launch_bounds__(kThreads) FinishKernel(FinishArgs a) {
                         .expected = expected,
                         .birth_entropy = a.ranking == Ranking::kBirth
                                              ? a.state.affinity[p]
-                                             : 0.0});
+                                             : 0.0,
+                        .redundancy =
+                            a.redundancy != nullptr ? a.redundancy[p] : 0.0});
     a.keep[p] = keep;
     a.protect[p] = rule::IsProtected(a.sinks, a.recent, index, a.next_index,
                                      a.state.pinned[p] != 0)

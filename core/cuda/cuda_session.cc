@@ -137,10 +137,26 @@ absl::Status CudaSession::Prepare(int64_t n_after, int64_t n_new,
     ENTROKV_RETURN_IF_ERROR(
         d_temp_.Ensure(pool, std::max(index_sort, key_sort), "sort storage"));
     if (config_.ranking == Ranking::kKeyDiff ||
-        config_.ranking == Ranking::kExpected) {
+        config_.ranking == Ranking::kExpected ||
+        config_.ranking == Ranking::kRkv) {
       ENTROKV_RETURN_IF_ERROR(d_ranked_.Ensure(pool, cap * 8, "keep scores"));
     }
-    if (config_.ranking == Ranking::kKeyDiff) {
+    if (config_.ranking == Ranking::kRkv) {
+      const size_t sample = static_cast<size_t>(config_.rkv.sample);
+      const size_t planes = static_cast<size_t>(planes_);
+      ENTROKV_RETURN_IF_ERROR(d_rkv_r_.Ensure(pool, cap * planes * 8,
+                                              "redundancy sums"));
+      ENTROKV_RETURN_IF_ERROR(
+          d_rkv_rows_.Ensure(pool, sample * 4, "reference rows"));
+      ENTROKV_RETURN_IF_ERROR(
+          h_rkv_rows_.Ensure(sample * 4, "reference rows"));
+      ENTROKV_RETURN_IF_ERROR(d_rkv_retain_.Ensure(pool, sample * planes * 4,
+                                                   "duplicates"));
+      ENTROKV_RETURN_IF_ERROR(
+          d_rkv_stats_.Ensure(pool, planes * 16, "redundancy softmax"));
+    }
+    if (config_.ranking == Ranking::kKeyDiff ||
+        config_.ranking == Ranking::kRkv) {
       ENTROKV_RETURN_IF_ERROR(d_kd_norm_.Ensure(
           pool, cap * static_cast<size_t>(planes_) * 8, "key norms"));
     }

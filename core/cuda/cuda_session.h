@@ -79,7 +79,8 @@ class CudaSession final : public SessionState {
         &d_recent_from_, &d_z_,       &d_row_max_,     &d_row_inv_,
         &d_queries_,     &d_staged_,  &d_plane_norms_, &d_append_pinned_,
         &d_ranked_,      &d_kd_norm_, &d_kd_anchor_,   &d_ez_,
-        &d_ez_max_,      &d_ez_inv_,  &d_mu_,          &d_var_};
+        &d_ez_max_,      &d_ez_inv_,  &d_mu_,          &d_var_,
+        &d_rkv_r_,       &d_rkv_rows_, &d_rkv_retain_, &d_rkv_stats_};
     for (DeviceBuffer* b : buffers) b->Reset();
     cudaStreamDestroy(stream_);
     account_->Release(live() * bytes_per_entry_);
@@ -136,6 +137,9 @@ class CudaSession final : public SessionState {
   // scores are needed: keydiff's score into d_ranked_, or expected's logits
   // (from query_stats_) and their softmax statistics. REQUIRES: n > 0.
   absl::Status LaunchKeyRanking(int64_t n);
+  // rkv: the reference rows (from the host mirror, before the step's appends
+  // are committed to it) and the redundancy into d_ranked_.
+  absl::Status LaunchRedundancy(int64_t n);
   // The Finish arguments that carry 3b's results (none for other rankings,
   // or when `ranked` is false).
   void AddKeyRanking(bool ranked, cuda::FinishArgs* args) const;
@@ -207,6 +211,12 @@ class CudaSession final : public SessionState {
   // and anchors; expected's logits, their row statistics, μ and σ².
   DeviceBuffer d_ranked_, d_kd_norm_, d_kd_anchor_;
   DeviceBuffer d_ez_, d_ez_max_, d_ez_inv_, d_mu_, d_var_;
+  // rkv (3b): the redundancy's sums, reference rows, duplicates and softmax
+  // statistics; d_kd_norm_ holds its inverse norms.
+  DeviceBuffer d_rkv_r_, d_rkv_rows_, d_rkv_retain_, d_rkv_stats_;
+  PinnedBuffer h_rkv_rows_;
+  std::vector<int64_t> rkv_index_;  // Host scratch: append index by position.
+  std::vector<int32_t> rkv_rows_;
   // Pinned host staging.
   PinnedBuffer h_staged_, h_pinned_, h_queries_, h_out_, h_moves_;
   PinnedBuffer h_mu_, h_var_;

@@ -123,7 +123,8 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
                         config_.expected.ema_rate);
   }
   const bool ranked =
-      (ranking == Ranking::kKeyDiff || ranking == Ranking::kExpected) &&
+      (ranking == Ranking::kKeyDiff || ranking == Ranking::kExpected ||
+       ranking == Ranking::kRkv) &&
       n > 0 && (selects || trace != nullptr);
   if (ranked) ENTROKV_RETURN_IF_ERROR(LaunchKeyRanking(n));
 
@@ -280,6 +281,7 @@ absl::Status CudaSession::LaunchAppendOrder(int64_t n, int64_t next_index,
 
 absl::Status CudaSession::LaunchKeyRanking(int64_t n) {
   const Shape& shape = config_.shape;
+  if (config_.ranking == Ranking::kRkv) return LaunchRedundancy(n);
   if (config_.ranking == Ranking::kKeyDiff) {
     double* anchor = d_kd_anchor_.as<double>();
     ENTROKV_CUDA_RETURN_IF_ERROR(
@@ -353,9 +355,49 @@ absl::Status CudaSession::LaunchKeyRanking(int64_t n) {
   return absl::OkStatus();
 }
 
+absl::Status CudaSession::LaunchRedundancy(int64_t n) {
+  // The reference rows from the host mirror's append indices (the step's
+  // appends are at positions n_old.. with the next indices).
+  const int64_t n_old = live();
+  rkv_index_.assign(table_.indices().begin(), table_.indices().end());
+  for (int64_t p = n_old; p < n; ++p) {
+    rkv_index_.push_back(table_.next_index() + (p - n_old));
+  }
+  RedundancyRows(rkv_index_.data(), n, config_.rkv.sample, &rkv_rows_);
+  const size_t row_bytes = rkv_rows_.size() * sizeof(int32_t);
+  std::memcpy(h_rkv_rows_.as<int32_t>(), rkv_rows_.data(), row_bytes);
+  ENTROKV_CUDA_RETURN_IF_ERROR(
+      cudaMemcpyAsync(d_rkv_rows_.as<int32_t>(), h_rkv_rows_.as<int32_t>(),
+                      row_bytes, cudaMemcpyHostToDevice, stream_),
+      "copying the reference rows");
+  const Shape& shape = config_.shape;
+  ENTROKV_CUDA_RETURN_IF_ERROR(
+      cuda::LaunchRedundancy(
+          {.type = shape.element_type,
+           .keys = keys_.as<std::byte>(),
+           .capacity = capacity_,
+           .planes = planes_,
+           .dim = shape.vector_dim(),
+           .live = n,
+           .index = d_index_.as<int64_t>(),
+           .rows = d_rkv_rows_.as<int32_t>(),
+           .row_count = static_cast<int32_t>(rkv_rows_.size()),
+           .inv_norm = d_kd_norm_.as<double>(),
+           .retain = d_rkv_retain_.as<int32_t>(),
+           .r = d_rkv_r_.as<double>(),
+           .stats = d_rkv_stats_.as<double>(),
+           .out = d_ranked_.as<double>()},
+          stream_),
+      "rkv redundancy");
+  return absl::OkStatus();
+}
+
 void CudaSession::AddKeyRanking(bool ranked, cuda::FinishArgs* args) const {
+  args->rkv_lambda = config_.rkv.lambda;
   if (!ranked) return;
-  if (config_.ranking == Ranking::kKeyDiff) {
+  if (config_.ranking == Ranking::kRkv) {
+    args->redundancy = d_ranked_.as<double>();
+  } else if (config_.ranking == Ranking::kKeyDiff) {
     args->key_diff = d_ranked_.as<double>();
   } else if (config_.ranking == Ranking::kExpected) {
     args->expected_rows = rows_;

@@ -86,7 +86,7 @@ absl::Status ValidatePolicyParams(const SessionConfig& c) {
   if (c.budget < 1 || c.budget > kMaxBudget) {
     return Bad("budget", absl::StrCat(c.budget, " is outside [1, 2^40]"));
   }
-  if (static_cast<int>(c.ranking) > static_cast<int>(Ranking::kBirth)) {
+  if (static_cast<int>(c.ranking) > static_cast<int>(Ranking::kRkv)) {
     return Bad("ranking", "unknown ranking");
   }
   if (c.budget_control != BudgetControl::kFixed &&
@@ -101,6 +101,14 @@ absl::Status ValidatePolicyParams(const SessionConfig& c) {
                             "ranking ",
                             std::string(RankingName(c.ranking)),
                             " scores by append index"));
+  }
+  if (!(c.rkv.lambda >= 0.0 && c.rkv.lambda <= 1.0)) {
+    return Bad("rkv.lambda",
+               absl::StrCat(c.rkv.lambda, " is outside [0, 1]"));
+  }
+  if (c.rkv.sample < 1 || c.rkv.sample > 65536) {
+    return Bad("rkv.sample",
+               absl::StrCat(c.rkv.sample, " is outside [1, 65536]"));
   }
   if (!std::isfinite(c.threshold.tau)) {
     return Bad("threshold.tau", "must be finite");
@@ -243,7 +251,8 @@ bool PolicyNeedsEntropy(const SessionConfig& config) {
 
 bool RankingNeedsPerHeadQueries(Ranking ranking) {
   return ranking == Ranking::kH2o || ranking == Ranking::kTova ||
-         ranking == Ranking::kExpected || ranking == Ranking::kBirth;
+         ranking == Ranking::kExpected || ranking == Ranking::kBirth ||
+         ranking == Ranking::kRkv;
 }
 
 bool RankingHasScores(Ranking ranking) {
@@ -342,6 +351,8 @@ std::string_view RankingName(Ranking ranking) {
       return "expected";
     case Ranking::kBirth:
       return "birth";
+    case Ranking::kRkv:
+      return "rkv";
   }
   return "unknown";
 }
@@ -413,7 +424,7 @@ absl::Status ApplyPolicyName(std::string_view name, SessionConfig* config) {
         "\" (want RANKING[+fixed|+entropy|+threshold] or \"entropy\"; "
         "rankings: window, "
         "streaming, h2o, tova, keynorm, random, affinity, keydiff, expected, "
-        "birth)"));
+        "birth, rkv)"));
   }
   config->ranking = ranking;
   config->budget_control = control;

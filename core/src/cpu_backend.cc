@@ -137,6 +137,9 @@ class CpuSession final : public SessionState {
   std::vector<double> mean_logit_;
   std::vector<double> attention_;
   std::vector<double> key_diff_;
+  std::vector<double> redundancy_;  // rkv: R_i per position.
+  std::vector<int32_t> rkv_rows_;
+  RedundancyScratch rkv_scratch_;
   std::vector<double> expected_;
   std::vector<double> stats_scratch_;
   std::vector<float> expected_queries_;
@@ -361,13 +364,19 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                       .h2o_recent_from = std::numeric_limits<int64_t>::max(),
                       .seed = config_.seed,
                       .step = input.step,
-                      .birth_weight = config_.birth.weight};
+                      .birth_weight = config_.birth.weight,
+                      .rkv_lambda = config_.rkv.lambda};
   if (rank_now && ranking == Ranking::kH2o) {
     view.h2o_recent_from = H2oRecentFrom(config_.h2o.recent_fraction, budget,
                                          table_.indices(), &index_scratch_);
   }
   if (rank_now && ranking == Ranking::kKeyDiff) {
     KeyDiffScores(Planes(), &key_diff_, &stats_scratch_, &row_scratch_);
+  }
+  if (rank_now && ranking == Ranking::kRkv) {
+    RedundancyRows(table_.indices().data(), n, config_.rkv.sample, &rkv_rows_);
+    RedundancyScores(Planes(), table_.indices().data(), rkv_rows_,
+                     &redundancy_, &rkv_scratch_);
   }
   if (rank_now && ranking == Ranking::kExpected && n > 0) ScoreExpected();
   const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
@@ -386,7 +395,8 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                .key_diff = ranking == Ranking::kKeyDiff ? key_diff_[p] : 0.0,
                .expected = ranking == Ranking::kExpected ? expected_[p] : 0.0,
                .birth_entropy =
-                   ranking == Ranking::kBirth ? affinity_[p] : 0.0});
+                   ranking == Ranking::kBirth ? affinity_[p] : 0.0,
+               .redundancy = ranking == Ranking::kRkv ? redundancy_[p] : 0.0});
     protect_[p] = rule::IsProtected(
         config_.protection.sinks, config_.protection.recent, index,
         table_.next_index(), table_.pinned()[p] != 0);

@@ -56,6 +56,73 @@ void KeyDiffScores(const KeyPlanes& keys, std::vector<double>* out,
   for (double& v : *out) v /= static_cast<double>(keys.planes);
 }
 
+void RedundancyRows(const int64_t* index, int64_t live, int64_t sample,
+                    std::vector<int32_t>* rows) {
+  rows->resize(static_cast<size_t>(live));
+  for (int64_t p = 0; p < live; ++p) (*rows)[p] = static_cast<int32_t>(p);
+  std::sort(rows->begin(), rows->end(),
+            [index](int32_t a, int32_t b) { return index[a] < index[b]; });
+  if (live <= sample) return;
+  for (int64_t t = 0; t < sample; ++t) {
+    (*rows)[t] = (*rows)[t * live / sample];  // Ranks ascend: never ahead.
+  }
+  rows->resize(static_cast<size_t>(sample));
+}
+
+void RedundancyScores(const KeyPlanes& keys, const int64_t* index,
+                      const std::vector<int32_t>& rows,
+                      std::vector<double>* out, RedundancyScratch* scratch) {
+  const int64_t n = keys.live;
+  const int32_t d = keys.dim;
+  out->assign(static_cast<size_t>(n), 0.0);
+  if (n == 0) return;
+  scratch->decoded.resize(static_cast<size_t>(n * d));
+  scratch->inv_norm.resize(static_cast<size_t>(n));
+  scratch->cos.resize(static_cast<size_t>(n));
+  scratch->r.resize(static_cast<size_t>(n));
+  float* x = scratch->decoded.data();
+  double* inv_norm = scratch->inv_norm.data();
+  double* cos = scratch->cos.data();
+  double* r = scratch->r.data();
+  const double row_count = static_cast<double>(rows.size());
+  for (int32_t plane = 0; plane < keys.planes; ++plane) {
+    for (int64_t p = 0; p < n; ++p) {
+      float* row = x + p * d;
+      DecodeElements(keys.type, Row(keys, plane, p), static_cast<size_t>(d),
+                     row);
+      double sq = 0.0;
+      for (int32_t j = 0; j < d; ++j) sq += double{row[j]} * row[j];
+      const double norm = std::sqrt(sq);
+      inv_norm[p] = norm > 0.0 ? 1.0 / norm : 0.0;
+    }
+    std::fill(r, r + n, 0.0);
+    for (int32_t i : rows) {
+      const float* ki = x + int64_t{i} * d;
+      int64_t retain = -1;  // Position of i's most recent duplicate.
+      for (int64_t p = 0; p < n; ++p) {
+        const float* kp = x + p * d;
+        double dot = 0.0;
+        for (int32_t j = 0; j < d; ++j) dot += double{ki[j]} * kp[j];
+        cos[p] = p == i ? 0.0 : dot * inv_norm[i] * inv_norm[p];
+        if (cos[p] > 0.5 && (retain < 0 || index[p] > index[retain])) {
+          retain = p;
+        }
+      }
+      if (retain >= 0) cos[retain] = 0.0;
+      for (int64_t p = 0; p < n; ++p) r[p] += cos[p];
+    }
+    double max = -HUGE_VAL;
+    for (int64_t p = 0; p < n; ++p) {
+      r[p] /= row_count;
+      max = std::max(max, r[p]);
+    }
+    double sum = 0.0;
+    for (int64_t p = 0; p < n; ++p) sum += std::exp(r[p] - max);
+    for (int64_t p = 0; p < n; ++p) (*out)[p] += std::exp(r[p] - max) / sum;
+  }
+  for (double& v : *out) v /= static_cast<double>(keys.planes);
+}
+
 void QueryStats::Update(const float* queries, size_t count, double rate) {
   if (mean_.size() != count) {
     mean_.assign(queries, queries + count);

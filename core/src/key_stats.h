@@ -1,7 +1,8 @@
-// The per-entry statistics of the keydiff and expected rankings that the CPU
-// backend computes from its stored keys (docs/step-semantics.md sections 3
-// and 5): keydiff's cosine to the live keys' mean direction, and expected's
-// Gaussian query model and the variance term of its expected logits. Pure
+// The per-entry statistics of the keydiff, rkv and expected rankings that the
+// CPU backend computes from its stored keys (docs/step-semantics.md sections 3
+// and 5): keydiff's cosine to the live keys' mean direction, rkv's
+// redundancy, and expected's Gaussian query model and the variance term of
+// its expected logits. Pure
 // functions and plain state; not thread-safe.
 
 #ifndef ENTROKV_CORE_SRC_KEY_STATS_H_
@@ -33,6 +34,29 @@ struct KeyPlanes {
 void KeyDiffScores(const KeyPlanes& keys, std::vector<double>* out,
                    std::vector<double>* scratch,
                    std::vector<float>* row_scratch);
+
+// rkv (R-KV): the reference rows the redundancy compares every live entry
+// with: the positions of the live entries in append order when live <=
+// `sample`, else those of append rank floor(t·live / sample), t = 0 ..
+// sample − 1. `index` holds each position's append index.
+void RedundancyRows(const int64_t* index, int64_t live, int64_t sample,
+                    std::vector<int32_t>* rows);
+
+// rkv: out[p] = R_p, the mean over planes of softmax_p(r[p]), with r[p] the
+// mean over the reference rows i of S_ip: the cosine of k_i and k_p, except
+// 0 for p = i and for the one p with the largest append index among those
+// whose cosine with k_i exceeds 0.5 (the most recent duplicate of i is not
+// counted as redundant). Cosines as (k_i·k_p)·(1/‖k_i‖)·(1/‖k_p‖) in double,
+// 0 for a zero key; sums in row, then position, then plane order.
+struct RedundancyScratch {
+  std::vector<float> decoded;    // live × dim of one plane.
+  std::vector<double> inv_norm;  // live.
+  std::vector<double> cos;       // live: one row's cosines.
+  std::vector<double> r;         // live.
+};
+void RedundancyScores(const KeyPlanes& keys, const int64_t* index,
+                      const std::vector<int32_t>& rows,
+                      std::vector<double>* out, RedundancyScratch* scratch);
 
 // expected: the running mean and diagonal variance of each query element
 // (section 5), over the queries of the decision steps.

@@ -108,7 +108,8 @@ struct StepRules {
 
 inline bool RankingNeedsMeanLogit(Ranking r) { return r == Ranking::kAffinity; }
 inline bool RankingNeedsAttention(Ranking r) {
-  return r == Ranking::kH2o || r == Ranking::kTova || r == Ranking::kBirth;
+  return r == Ranking::kH2o || r == Ranking::kTova || r == Ranking::kBirth ||
+         r == Ranking::kRkv;
 }
 
 // What a backend's step computes: s_i (the mean logit) and a_i (the softmax

@@ -37,14 +37,16 @@ const char* Color(Ranking r) {
       return "#e377c2";
     case Ranking::kBirth:
       return "#bcbd22";
+    case Ranking::kRkv:
+      return "#7f7f7f";
   }
   return "#000000";
 }
 
 // Filled point types for fixed, the open ones for entropy.
 int PointType(const SessionConfig& c) {
-  static constexpr int kFilled[] = {5, 7, 9, 11, 13, 3, 15, 7, 9, 11};
-  const int p = kFilled[static_cast<int>(c.ranking) % 10];
+  static constexpr int kFilled[] = {5, 7, 9, 11, 13, 3, 15, 7, 9, 11, 13};
+  const int p = kFilled[static_cast<int>(c.ranking) % 11];
   return c.budget_control == BudgetControl::kEntropy && p != 3 ? p - 1 : p;
 }
 

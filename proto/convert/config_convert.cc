@@ -65,6 +65,9 @@ absl::Status FromProto(v1::Ranking in, Ranking* out) {
     case v1::RANKING_BIRTH:
       *out = Ranking::kBirth;
       return absl::OkStatus();
+    case v1::RANKING_RKV:
+      *out = Ranking::kRkv;
+      return absl::OkStatus();
     default:
       return UnknownEnum("config.ranking", in);
   }
@@ -209,6 +212,8 @@ absl::Status FromProto(const v1::SessionConfig& proto, SessionConfig* out) {
   if (proto.birth().has_weight()) {
     config.birth.weight = proto.birth().weight();
   }
+  if (proto.rkv().has_lambda()) config.rkv.lambda = proto.rkv().lambda();
+  if (proto.rkv().has_sample()) config.rkv.sample = proto.rkv().sample();
   if (proto.threshold().has_tau()) {
     config.threshold.tau = proto.threshold().tau();
   }
@@ -295,6 +300,8 @@ v1::Ranking ToProto(Ranking ranking) {
       return v1::RANKING_EXPECTED;
     case Ranking::kBirth:
       return v1::RANKING_BIRTH;
+    case Ranking::kRkv:
+      return v1::RANKING_RKV;
   }
   return v1::RANKING_UNSPECIFIED;
 }
@@ -372,6 +379,8 @@ void ToProto(const SessionConfig& config, v1::SessionConfig* out) {
   out->mutable_expected()->set_ema_rate(config.expected.ema_rate);
   out->mutable_birth()->set_weight(config.birth.weight);
   out->mutable_threshold()->set_tau(config.threshold.tau);
+  out->mutable_rkv()->set_lambda(config.rkv.lambda);
+  out->mutable_rkv()->set_sample(config.rkv.sample);
   out->set_streaming_sinks(config.streaming_sinks);
   out->set_seed(config.seed);
   out->mutable_protection()->set_sinks(config.protection.sinks);

@@ -1,4 +1,4 @@
-// The rankings of 2025-26 (keydiff, expected, birth) on tiny cases whose
+// The rankings of 2025-26 (keydiff, expected, birth, rkv) on tiny cases whose
 // scores are worked out here, from docs/step-semantics.md sections 2, 3, 5
 // and 7, not from the backend. One layer, one head, d = 2, f32 (TinySession: Step(x, y)
 // sends a query whose scaled logit of key k is x·k0 + y·k1).
@@ -241,6 +241,103 @@ TEST(BirthRankingTest, WeightZeroIsTovaAndTheEntropyIsRequired) {
   const absl::Status st = ValidateSessionConfig(config);
   EXPECT_STATUS_CODE(st, absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(st.message(), ::testing::HasSubstr("birth.weight"));
+}
+
+// ---------------------------------------------------------------- rkv
+
+// Keys (1, 0), (1, 0.05), (1, −0.05), (0, 1): with c = cos(k1, k2) =
+// cos(k1, k3) and s = 0.05/‖(1, 0.05)‖, the rows of S (diagonal 0) are, after
+// each row's most recent duplicate (cosine > 0.5) is zeroed:
+//   row 1: duplicates 2, 3; 3 zeroed: (0, c, 0, 0)
+//   row 2: duplicates 1, 3; 3 zeroed: (c, 0, 0, s)
+//   row 3: duplicates 1, 2; 2 zeroed: (c, 0, 0, −s)
+//   row 4: none:                      (0, s, −s, 0)
+// so r = (2c, c + s, −s, 0) / 4 and R = softmax(r).
+TEST(RkvRankingTest, EvictsTheMostRedundantKeyWhereTovaEvictsTheLeastAttended) {
+  SessionConfig config =
+      TinyConfig(Ranking::kRkv, BudgetControl::kFixed, /*budget=*/3);
+  TinySession session(config);
+  session.Append(1, 1.0f, 0.0f)
+      .Append(2, 1.0f, 0.05f)
+      .Append(3, 1.0f, -0.05f)
+      .Append(4, 0.0f, 1.0f);
+  // Query (1, 0): logits 1, 1, 1, 0; tova would evict 4.
+  const StepResult result = session.Step(1.0f, 0.0f);
+  EXPECT_THAT(result.evicted, ElementsAre(1));
+  const double c = 1.0 / std::hypot(1.0, 0.05), s = 0.05 / std::hypot(1.0, 0.05);
+  const double r[4] = {2 * c / 4, (c + s) / 4, -s / 4, 0.0};
+  double sum = 0.0;
+  for (double v : r) sum += std::exp(v);
+  const double e = std::exp(1.0);
+  const double a[4] = {e / (3 * e + 1), e / (3 * e + 1), e / (3 * e + 1),
+                       1 / (3 * e + 1)};
+  for (int i = 0; i < 4; ++i) {
+    const double want = 0.1 * a[i] - 0.9 * std::exp(r[i]) / sum;
+    EXPECT_NEAR(session.RankScore(i + 1), want, 1e-6) << i + 1;
+  }
+  EXPECT_NEAR(session.RankScore(1), -0.27079661, 1e-6);  // The worked value.
+}
+
+TEST(RkvRankingTest, ASampleOfReferenceRowsBoundsTheComparison) {
+  // sample = 2 of 4 live: the rows of append rank 0 and 2 (entries 1 and 3):
+  // row 1 (0, c, 0, 0), row 3 (c, 0, 0, −s): r = (c, c, 0, −s) / 2, so 1 and
+  // 2 score alike.
+  SessionConfig config =
+      TinyConfig(Ranking::kRkv, BudgetControl::kFixed, /*budget=*/3);
+  config.rkv.sample = 2;
+  TinySession session(config);
+  session.Append(1, 1.0f, 0.0f)
+      .Append(2, 1.0f, 0.05f)
+      .Append(3, 1.0f, -0.05f)
+      .Append(4, 0.0f, 1.0f);
+  const StepResult result = session.Step(0.0f, 0.0f);  // a_i = 1/4.
+  EXPECT_THAT(result.evicted, ElementsAre(1));  // Tied with 2: the older.
+  EXPECT_DOUBLE_EQ(session.RankScore(1), session.RankScore(2));
+  const double c = 1.0 / std::hypot(1.0, 0.05), s = 0.05 / std::hypot(1.0, 0.05);
+  const double r[4] = {c / 2, c / 2, 0.0, -s / 2};
+  double sum = 0.0;
+  for (double v : r) sum += std::exp(v);
+  for (int i = 0; i < 4; ++i) {
+    EXPECT_NEAR(session.RankScore(i + 1),
+                0.1 * 0.25 - 0.9 * std::exp(r[i]) / sum, 1e-6)
+        << i + 1;
+  }
+}
+
+TEST(RkvRankingTest, LambdaOneIsTovaAndBadParametersAreRefused) {
+  SessionConfig config =
+      TinyConfig(Ranking::kRkv, BudgetControl::kFixed, /*budget=*/4);
+  config.rkv.lambda = 1.0;
+  SessionConfig tova = config;
+  tova.ranking = Ranking::kTova;
+  TinySession a(config), b(tova);
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (int t = 0; t < 40; ++t) {
+    const float k0 = normal(rng), k1 = normal(rng);
+    a.Append(10 + t, k0, k1);
+    b.Append(10 + t, k0, k1);
+    const float x = normal(rng), y = normal(rng);
+    ASSERT_EQ(a.Step(x, y).evicted, b.Step(x, y).evicted) << t;
+    ASSERT_EQ(a.trace().rank_score, b.trace().rank_score) << t;
+  }
+  for (double bad : {-0.1, 1.5, std::nan("")}) {
+    config.rkv.lambda = bad;
+    const absl::Status st = ValidateSessionConfig(config);
+    EXPECT_STATUS_CODE(st, absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(st.message(), ::testing::HasSubstr("rkv.lambda"));
+  }
+  config.rkv.lambda = 0.1;
+  for (int64_t bad : {int64_t{0}, int64_t{65537}}) {
+    config.rkv.sample = bad;
+    const absl::Status st = ValidateSessionConfig(config);
+    EXPECT_STATUS_CODE(st, absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(st.message(), ::testing::HasSubstr("rkv.sample"));
+  }
+  config.rkv.sample = 64;
+  config.shape.query_form = QueryForm::kGroupSum;
+  EXPECT_THAT(ValidateSessionConfig(config).message(),
+              ::testing::HasSubstr("shape.query_form"));
 }
 
 }  // namespace

@@ -1,4 +1,4 @@
-"""The rankings of 2025-26 (keydiff, expected, birth) through the Python client and a
+"""The rankings of 2025-26 (keydiff, expected, birth, rkv) through the Python client and a
 real server, against an independent numpy model of docs/step-semantics.md
 (sections 3, 5, 7 and 8). Keys and queries are float32 draws, so that no two
 keep scores tie up to rounding and the model's float64 arithmetic decides
@@ -54,6 +54,33 @@ def expected_keep(keys, model):
     return (p / p.sum(axis=-1, keepdims=True)).mean(axis=(0, 1))
 
 
+def rkv_redundancy(keys, sample):
+    """R_i: per (layer, kv head) the softmax over live i of the mean over the
+    reference rows (all live keys up to `sample`, else the append ranks
+    floor(t * n / sample)) of the cosine, with the diagonal and each row's most
+    recent duplicate (cosine > 0.5) set to 0; then the mean over planes. `keys`
+    in append order."""
+    k = np.asarray(keys, dtype=np.float64)  # [n, L, KV, D]
+    n = len(k)
+    rows = (list(range(n)) if n <= sample
+            else [t * n // sample for t in range(sample)])
+    unit = k / np.linalg.norm(k, axis=-1, keepdims=True)
+    out = np.zeros(n)
+    for l in range(L):
+        for g in range(KV):
+            u = unit[:, l, g, :]
+            s = u[rows] @ u.T  # [rows, n]
+            for t, i in enumerate(rows):
+                s[t, i] = 0.0
+                dup = np.nonzero(s[t] > 0.5)[0]
+                if len(dup):
+                    s[t, dup.max()] = 0.0
+            r = s.mean(axis=0)
+            e = np.exp(r - r.max())
+            out += e / e.sum()
+    return out / (L * KV)
+
+
 def attention(keys, query):
     """a_i: mean over (layer, q head) of softmax_i(q.k_i / sqrt(d))."""
     k = np.asarray(keys, dtype=np.float64)[:, :, np.arange(Q) // (Q // KV), :]
@@ -64,12 +91,13 @@ def attention(keys, query):
 
 
 def run(client, policy, budget, steps, seed, block_size=1, rate=0.05,
-        send_queries=True, sinks=0, recent=0, weight=1.0):
+        send_queries=True, sinks=0, recent=0, weight=1.0, lam=0.1, sample=64):
     """Steps a session and the model side by side; the evictions."""
     rng = np.random.default_rng(seed)
     s = client.create_session(
         policy, budget=budget, shape=SHAPE, block_size=block_size,
-        expected_ema_rate=rate, birth_weight=weight,
+        expected_ema_rate=rate, birth_weight=weight, rkv_lambda=lam,
+        rkv_sample=sample,
         protection=entrokv.Protection(sinks=sinks, recent=recent))
     model = QueryModel(rate)
     live = []  # (append index, slot, key), in append order.
@@ -98,6 +126,9 @@ def run(client, policy, budget, steps, seed, block_size=1, rate=0.05,
                 keep = keydiff_keep(lk)
             elif policy == "expected":
                 keep = expected_keep(lk, model)
+            elif policy == "rkv":
+                keep = (lam * attention(lk, query)
+                        - (1 - lam) * rkv_redundancy(lk, sample))
             else:  # birth: a_i * exp(weight * H_birth)
                 keep = attention(lk, query) * np.exp(
                     weight * np.array([born[slot] for _, slot, _ in live]))
@@ -135,6 +166,9 @@ def run(client, policy, budget, steps, seed, block_size=1, rate=0.05,
     ("birth", {}),
     ("birth", dict(weight=3.0, sinks=1, recent=2)),
     ("birth", dict(block_size=4, budget=12)),
+    ("rkv", {}),
+    ("rkv", dict(sample=5, lam=0.3, sinks=1, recent=2)),
+    ("rkv", dict(block_size=4, budget=12, sample=7)),
 ])
 def test_evictions_equal_numpy_model(client, policy, kw):
     kw = dict(kw)

@@ -452,7 +452,7 @@ inline v1::SessionConfig ToWireConfig(const SessionConfig& config) {
       v1::RANKING_WINDOW,   v1::RANKING_STREAMING, v1::RANKING_H2O,
       v1::RANKING_TOVA,     v1::RANKING_KEYNORM,   v1::RANKING_RANDOM,
       v1::RANKING_AFFINITY, v1::RANKING_KEYDIFF,   v1::RANKING_EXPECTED,
-      v1::RANKING_BIRTH};
+      v1::RANKING_BIRTH,    v1::RANKING_RKV};
   out.set_ranking(kRankings[static_cast<int>(config.ranking)]);
   constexpr v1::BudgetControl kControls[] = {v1::BUDGET_CONTROL_FIXED,
                                              v1::BUDGET_CONTROL_ENTROPY,
@@ -475,6 +475,8 @@ inline v1::SessionConfig ToWireConfig(const SessionConfig& config) {
   out.mutable_expected()->set_ema_rate(config.expected.ema_rate);
   out.mutable_birth()->set_weight(config.birth.weight);
   out.mutable_threshold()->set_tau(config.threshold.tau);
+  out.mutable_rkv()->set_lambda(config.rkv.lambda);
+  out.mutable_rkv()->set_sample(config.rkv.sample);
   out.set_streaming_sinks(config.streaming_sinks);
   out.set_seed(config.seed);
   out.mutable_protection()->set_sinks(config.protection.sinks);

@@ -16,7 +16,7 @@ from typing import List, Optional
 from .errors import EntroKvError, invalid
 
 RANKINGS = ("window", "streaming", "h2o", "tova", "keynorm", "random", "affinity",
-            "keydiff", "expected", "birth")
+            "keydiff", "expected", "birth", "rkv")
 BUDGET_CONTROLS = ("fixed", "entropy", "threshold")
 ELEMENT_TYPES = ("f32", "f16", "bf16")
 QUERY_FORMS = ("per_head", "group_sum")
@@ -111,6 +111,8 @@ class SessionConfig:
     birth_weight: float = 1.0  # birth ranking: eta in a * exp(eta * H_birth).
     # threshold budget control: entries scoring below tau are evicted.
     threshold_tau: float = 0.01
+    rkv_lambda: float = 0.1  # rkv ranking: lambda in lambda*a - (1-lambda)*R.
+    rkv_sample: int = 64  # rkv ranking: reference keys of the redundancy.
     streaming_sinks: int = 4
     seed: int = 0
     protection: Protection = field(default_factory=Protection)
@@ -160,7 +162,7 @@ def apply_policy_name(name: str, config: SessionConfig) -> None:
             f'policy: unknown policy "{name}" (want '
             'RANKING[+fixed|+entropy|+threshold] or "entropy"; rankings: window, '
             "streaming, h2o, tova, keynorm, random, affinity, keydiff, expected, "
-            "birth)")
+            "birth, rkv)")
     config.ranking = parts[0]
     config.budget_control = parts[1] if len(parts) == 2 else "fixed"
 
@@ -173,7 +175,7 @@ def policy_needs_entropy(config: SessionConfig) -> bool:
 
 
 # Rankings that need each q head's query (C++'s RankingNeedsPerHeadQueries).
-PER_HEAD_RANKINGS = ("h2o", "tova", "expected", "birth")
+PER_HEAD_RANKINGS = ("h2o", "tova", "expected", "birth", "rkv")
 
 
 def ranking_needs_queries(ranking: str) -> bool:
@@ -227,6 +229,10 @@ def validate_config(c: SessionConfig) -> None:
         raise bad("budget_control",
                   "threshold compares keep scores with tau, and ranking "
                   f"{c.ranking} scores by append index")
+    if not 0.0 <= c.rkv_lambda <= 1.0:
+        raise bad("rkv.lambda", f"{_g(c.rkv_lambda)} is outside [0, 1]")
+    if not 1 <= c.rkv_sample <= 65536:
+        raise bad("rkv.sample", f"{c.rkv_sample} is outside [1, 65536]")
     if not math.isfinite(c.threshold_tau):
         raise bad("threshold.tau", "must be finite")
     a = c.affinity
@@ -326,6 +332,8 @@ def to_proto(c: SessionConfig, pb2) -> "object":
     m.expected.ema_rate = c.expected_ema_rate
     m.birth.weight = c.birth_weight
     m.threshold.tau = c.threshold_tau
+    setattr(m.rkv, "lambda", c.rkv_lambda)
+    m.rkv.sample = c.rkv_sample
     m.streaming_sinks = c.streaming_sinks
     m.seed = c.seed
     m.protection.sinks = c.protection.sinks
@@ -389,6 +397,8 @@ def from_proto(m, base: Optional[SessionConfig] = None) -> SessionConfig:
         expected_ema_rate=_opt(m.expected, "ema_rate", b.expected_ema_rate),
         birth_weight=_opt(m.birth, "weight", b.birth_weight),
         threshold_tau=_opt(m.threshold, "tau", b.threshold_tau),
+        rkv_lambda=_opt(m.rkv, "lambda", b.rkv_lambda),
+        rkv_sample=_opt(m.rkv, "sample", b.rkv_sample),
         streaming_sinks=_opt(m, "streaming_sinks", b.streaming_sinks),
         seed=m.seed or b.seed,
         protection=Protection(

@@ -69,7 +69,7 @@ inline constexpr Ranking kAllRankings[] = {
     Ranking::kWindow,   Ranking::kStreaming, Ranking::kH2o,
     Ranking::kTova,     Ranking::kKeyNorm,   Ranking::kRandom,
     Ranking::kAffinity, Ranking::kKeyDiff,   Ranking::kExpected,
-    Ranking::kBirth};
+    Ranking::kBirth,    Ranking::kRkv};
 
 // How many entries may live at a step (docs/step-semantics.md sections 6 and
 // 8): a fixed budget, one that follows the entropy, or a fixed ceiling under
@@ -124,6 +124,14 @@ struct BirthParams {
   double weight = 1.0;  // η, in [0, 100].
 };
 
+// The `rkv` ranking (R-KV): keep score λ·a_i − (1 − λ)·R_i, R_i the
+// redundancy of entry i's key with `sample` reference keys
+// (docs/step-semantics.md sections 3 and 7).
+struct RkvParams {
+  double lambda = 0.1;   // λ, in [0, 1]: R-KV's default.
+  int64_t sample = 64;   // Reference keys, in [1, 65536]: bounds the cost.
+};
+
 // The `threshold` budget control: every unprotected entry whose keep score
 // is below `tau` is evicted, and the budget is a ceiling (docs/step-semantics.md
 // section 8). The protected recent window is `Protection::recent`. The scale of
@@ -147,6 +155,7 @@ struct SessionConfig {
   H2oParams h2o;
   ExpectedParams expected;
   BirthParams birth;
+  RkvParams rkv;
   ThresholdParams threshold;
   int64_t streaming_sinks = 4;  // kStreaming: entries always ranked first.
   uint64_t seed = 0;            // kRandom.
@@ -181,9 +190,9 @@ absl::Status ValidateSessionConfig(const SessionConfig& config);
 // or entropy budget); such steps must carry an entropy or logits.
 bool PolicyNeedsEntropy(const SessionConfig& config);
 
-// True when the ranking needs each q head's query (tova, h2o: the per-head
-// softmax; expected: the per-head query statistics), which a kGroupSum query
-// cannot give.
+// True when the ranking needs each q head's query (tova, h2o, birth, rkv: the
+// per-head softmax; expected: the per-head query statistics), which a
+// kGroupSum query cannot give.
 bool RankingNeedsPerHeadQueries(Ranking ranking);
 
 // False for the one ranking that reads no query (keydiff): its decision steps

@@ -35,6 +35,7 @@ enum class Ranking : uint8_t {
   kKeyDiff,    // The keys least like the live keys' mean direction (KeyDiff).
   kExpected,   // The highest attention expected of future queries.
   kBirth,      // Attention weighted by the entropy an entry was born under.
+  kRkv,        // Attention minus redundancy with the other live keys (R-KV).
 };
 
 namespace rule {
@@ -93,6 +94,7 @@ struct EntryView {
   double key_diff = 0.0;   // keydiff: −mean cos(k_i, anchor), section 3.
   double expected = 0.0;   // expected: e_i at this step, section 3.
   double birth_entropy = 0.0;  // birth: the entropy it was born under.
+  double redundancy = 0.0;     // rkv: R_i, section 3.
 };
 
 // What it reads of the step.
@@ -103,6 +105,7 @@ struct StepView {
   uint64_t seed = 0;
   uint64_t step = 0;
   double birth_weight = 0.0;  // birth: η.
+  double rkv_lambda = 0.0;    // rkv: λ.
 };
 
 // Section 7: the keep score (higher: keep); ties go to the older entry in
@@ -130,6 +133,8 @@ ENTROKV_RULE_FN double KeepScore(const StepView& s, const EntryView& e) {
       return e.expected;
     case Ranking::kBirth:
       return e.attention * exp(s.birth_weight * e.birth_entropy);
+    case Ranking::kRkv:
+      return s.rkv_lambda * e.attention - (1.0 - s.rkv_lambda) * e.redundancy;
   }
   return 0.0;
 }
