@@ -2,6 +2,7 @@
 // (eval_protocol_report.h): long-range perplexity over key tokens, and both
 // measures at equal peak live.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -141,6 +142,12 @@ void AppendEqualPeak(const ProtocolResult& r, std::string* md) {
     absl::StrAppend(md, DiffHeader(r, "Equal peak: LongPPL difference"));
     diff_rows(r.peak_long_vs_ref);
   }
+  int64_t capped_runs = 0;
+  for (const auto& c : r.peak_curves) {
+    if (c != nullptr) capped_runs += static_cast<int64_t>(c->runs.size());
+  }
+  absl::StrAppend(md, "\n", capped_runs, " runs of ", r.split.test.size(),
+                  " test stories with the cap\n");
   absl::StrAppend(md, "\nVerdict at equal peak against ", ref_name,
                   " (perplexity), test stories:\n");
   AppendVerdict(r, r.peak_points, r.peak_vs_ref, md);
