@@ -33,7 +33,17 @@ struct Curve {
   SessionConfig config;
   std::map<int64_t, Run> runs;  // By nominal budget.
   std::string label;            // Printed instead of the variant when set.
+  // Each run caps the entropy controller at its nominal budget
+  // (entropy_budget.max_budget = B): B_t can fall below B, never rise above
+  // it, so no run holds more than a fixed budget B would (the equal-peak
+  // comparison, docs/results-tinystories.md "Equal peak").
+  bool cap_at_budget = false;
 };
+
+// `config` at nominal budget `budget` (with a threshold's tau, eval_policies.h
+// AtBudget), capped there when `cap_at_budget`.
+SessionConfig AtBudget(SessionConfig config, int64_t budget,
+                       bool cap_at_budget);
 
 // Two adjacent nominal budgets whose mean live entries bracket a target, and
 // the perplexity interpolated between them (null pointers and NaN when the
@@ -50,6 +60,7 @@ struct Bracket {
 // linear interpolation of log-perplexity).
 struct Point {
   std::vector<const Run*> runs;  // 1 (hit) or 2 (lo, hi); empty: unreachable.
+  double weight = 0.0;           // Of runs[1], when there are two.
   double ppl = std::numeric_limits<double>::quiet_NaN();
   double mean_live = std::numeric_limits<double>::quiet_NaN();
   int64_t peak_live = 0;
@@ -57,6 +68,13 @@ struct Point {
   std::vector<double> story_nll;
   std::vector<int64_t> story_tokens;
   std::vector<StoryRecall> story_recall;  // Interpolated as story_nll.
+  // Long-range perplexity (long_ppl.h), when the runs scored key tokens:
+  // per story Σ NLL over its key tokens (interpolated as story_nll, so
+  // log LongPPL is linear in mean live) and their count; NaN and empty
+  // otherwise.
+  double long_ppl = std::numeric_limits<double>::quiet_NaN();
+  std::vector<double> story_key_nll;
+  std::vector<int64_t> story_key_tokens;
   bool ok() const { return !runs.empty(); }
   std::string Budgets() const {
     if (runs.empty()) return "—";
@@ -70,12 +88,16 @@ struct Point {
 // A curve is used by one thread at a time; the decider is shared.
 class CurveSearch {
  public:
+  // `key_tokens`: per story, the key tokens every run scores (long_ppl.h);
+  // null: none. Not owned; outlives the search.
   CurveSearch(const Model& model, const std::vector<std::vector<int>>& stories,
-              Decider* decider, bool record_evictions = true)
+              Decider* decider, bool record_evictions = true,
+              const std::vector<std::vector<uint8_t>>* key_tokens = nullptr)
       : model_(model),
         stories_(stories),
         decider_(decider),
-        record_evictions_(record_evictions) {}
+        record_evictions_(record_evictions),
+        key_tokens_(key_tokens) {}
 
   // The run of `curve` at `budget`, evaluated once (and a line on stdout).
   absl::StatusOr<const Run*> At(Curve* curve, int64_t budget);
@@ -96,12 +118,25 @@ class CurveSearch {
   absl::StatusOr<Point> Calibrate(Curve* curve, double target, double tolerance,
                                   int64_t first_guess);
 
+  // `curve` at the nominal budgets of `like` (another curve's point), its
+  // runs combined with `like`'s weight: with a fixed budget, the same memory
+  // at every step as `like`; with a capped controller (cap_at_budget), never
+  // more. Unreachable (no runs) when `like` is.
+  absl::StatusOr<Point> AtBudgetsOf(Curve* curve, const Point& like);
+
  private:
   const Model& model_;
   const std::vector<std::vector<int>>& stories_;
   Decider* decider_;
   bool record_evictions_;
+  const std::vector<std::vector<uint8_t>>* key_tokens_;
 };
+
+// The point of `runs` (one, or two adjacent budgets lo, hi taken with
+// `weight` on hi): per-story NLL, key-token NLL and recall interpolated,
+// mean live likewise, the peak the larger of the runs'.
+// REQUIRES: 1 or 2 runs over the same stories.
+Point Combine(std::vector<const Run*> runs, double weight);
 
 // Perplexity at `target` mean live entries: log-perplexity interpolated
 // linearly in mean live between the two measured points around it; NaN when

@@ -37,6 +37,22 @@ ABSL_FLAG(bool, quick, false,
           "Protocol in brief (for tests): 8 tuning and 8 test stories, "
           "targets 32 and 64, two candidates per tuned parameter, 200 "
           "resamples.");
+ABSL_FLAG(int, longppl_window, 16,
+          "Protocol: long-range perplexity (LongPPL) over key tokens, chosen "
+          "once per test story: tokens whose NLL under window+fixed at this "
+          "budget exceeds the full cache's by more than --longppl_alpha, and "
+          "whose full-cache log-probability exceeds --longppl_beta (0: not "
+          "measured).");
+ABSL_FLAG(double, longppl_alpha, 2.0,
+          "Protocol: key tokens need NLL(short window) - NLL(full) > this, "
+          "in nats (LongPPL's alpha).");
+ABSL_FLAG(double, longppl_beta, -2.0,
+          "Protocol: key tokens need log p(full) > this, in nats (LongPPL's "
+          "beta).");
+ABSL_FLAG(bool, equal_peak, true,
+          "Protocol: also compare every policy at equal peak live entries: "
+          "at window+fixed's budgets for each target, an entropy-controlled "
+          "budget capped there (entropy_budget.max_budget = budget).");
 ABSL_FLAG(bool, sweep, false,
           "Instead of the protocol, run every policy at the nominal --budgets "
           "(curves; log-perplexity interpolated between them at --targets) "
@@ -125,7 +141,8 @@ ProgramInfo EvalProgramInfo() {
           {"Data", {"data", "stories"}},
           {"Protocol (the default run)",
            {"tune", "test", "tuning", "tune_target", "targets", "tolerance",
-            "bootstrap", "seed", "quick", "recall"}},
+            "bootstrap", "seed", "quick", "recall", "longppl_window",
+            "longppl_alpha", "longppl_beta", "equal_peak"}},
           {"Sweep and fidelity",
            {"sweep", "budgets", "pipelined_budgets", "fidelity"}},
           {"Policies and scoring variant",

@@ -147,6 +147,9 @@ std::string ParamsOf(const SessionConfig& c) {
   if (c.budget_control == BudgetControl::kEntropy) {
     parts.push_back(absl::StrCat("gamma=", c.entropy_budget.gamma,
                                  " ema_rate=", c.entropy_budget.ema_rate));
+    if (c.entropy_budget.max_budget != 0) {
+      parts.push_back(absl::StrCat("max_budget=", c.entropy_budget.max_budget));
+    }
   }
   if (c.budget_control == BudgetControl::kThreshold) {
     parts.push_back(absl::StrCat(

@@ -17,6 +17,7 @@
 #include "tinyllama/eval_flags.h"
 #include "tinyllama/eval_output.h"
 #include "tinyllama/eval_policies.h"
+#include "tinyllama/eval_protocol_compare.h"
 #include "tinyllama/eval_protocol_report.h"
 #include "tinyllama/evaluator.h"
 
@@ -87,6 +88,10 @@ void SettingsFromFlags(const std::vector<int64_t>& targets, ProtocolResult* r) {
   r->seed = static_cast<uint64_t>(absl::GetFlag(FLAGS_seed));
   r->tune_target = absl::GetFlag(FLAGS_tune_target);
   r->targets = targets;
+  r->long_window = absl::GetFlag(FLAGS_longppl_window);
+  r->key_params.alpha = absl::GetFlag(FLAGS_longppl_alpha);
+  r->key_params.beta = absl::GetFlag(FLAGS_longppl_beta);
+  r->equal_peak = absl::GetFlag(FLAGS_equal_peak);
 }
 
 // The split (printed), the stories of each side, and the full cache on every
@@ -129,6 +134,7 @@ absl::Status SplitAndFullCache(const Model& model,
 
   Run& full = r->full;
   full.policy = "full";
+  full.keep_token_nll = r->long_window > 0;  // For the key tokens.
   ENTROKV_RETURN_IF_ERROR(Evaluate(model, stories, nullptr, &full));
   r->full_test_ppl = SubsetPpl(full, split.test);
   r->full_tune_ppl = SubsetPpl(full, split.tune);
@@ -284,7 +290,7 @@ absl::Status Test(const Model& model,
                   const std::vector<std::vector<int>>& test_stories,
                   Decider* decider, Calibrator* calibrate, ProtocolResult* r) {
   CurveSearch test_sweep(model, test_stories, decider,
-                         /*record_evictions=*/false);
+                         /*record_evictions=*/false, KeysOf(*r));
   for (const SessionConfig& c : r->policies) {
     r->curves.push_back(std::make_unique<Curve>());
     r->curves.back()->config = c;
@@ -306,26 +312,48 @@ absl::Status Test(const Model& model,
   return RunTasks(std::move(tasks), r->threads);
 }
 
-// Paired bootstrap against window+fixed and against the full cache.
+// Paired bootstrap of `points` against the reference's (or, with `full`,
+// against the full cache's per-story NLL): perplexity, and with `key` the
+// NLL of the key tokens (LongPPL).
+std::vector<std::vector<PairedDifference>> AgainstReference(
+    const ProtocolResult& r, const std::vector<std::vector<Point>>& points,
+    bool key, const std::vector<double>* full) {
+  std::vector<std::vector<PairedDifference>> out(
+      points.size(), std::vector<PairedDifference>(r.targets.size()));
+  for (size_t i = 0; i < points.size(); ++i) {
+    for (size_t t = 0; t < r.targets.size(); ++t) {
+      const Point& p = points[i][t];
+      const Point& ref = r.points[r.ref][t];
+      if (!p.ok() || (full == nullptr && !ref.ok())) continue;
+      const std::vector<double>& base =
+          full != nullptr ? *full : (key ? ref.story_key_nll : ref.story_nll);
+      out[i][t] = PairedBootstrap(base, key ? p.story_key_nll : p.story_nll,
+                                  key ? p.story_key_tokens : p.story_tokens,
+                                  r.resamples, r.seed, r.level);
+    }
+  }
+  return out;
+}
+
+// Paired bootstraps against window+fixed and against the full cache, in
+// perplexity and (with key tokens) LongPPL, at equal mean and equal peak.
 void Bootstrap(ProtocolResult* r) {
   std::vector<double> full_test_nll;
   for (int i : r->split.test) full_test_nll.push_back(r->full.story_nll[i]);
-  r->vs_ref.assign(r->policies.size(),
-                   std::vector<PairedDifference>(r->targets.size()));
-  r->vs_full = r->vs_ref;
-  for (size_t i = 0; i < r->policies.size(); ++i) {
-    for (size_t t = 0; t < r->targets.size(); ++t) {
-      const Point& p = r->points[i][t];
-      if (!p.ok()) continue;
-      r->vs_full[i][t] =
-          PairedBootstrap(full_test_nll, p.story_nll, p.story_tokens,
-                          r->resamples, r->seed, r->level);
-      const Point& ref = r->points[r->ref][t];
-      if (ref.ok()) {
-        r->vs_ref[i][t] =
-            PairedBootstrap(ref.story_nll, p.story_nll, p.story_tokens,
-                            r->resamples, r->seed, r->level);
-      }
+  r->vs_ref = AgainstReference(*r, r->points, false, nullptr);
+  r->vs_full = AgainstReference(*r, r->points, false, &full_test_nll);
+  const bool key = r->key_token_count > 0;
+  if (key) {
+    r->long_vs_ref = AgainstReference(*r, r->points, true, nullptr);
+    r->long_vs_full =
+        AgainstReference(*r, r->points, true, &r->full_test_key_nll);
+  }
+  if (r->equal_peak) {
+    r->peak_vs_ref = AgainstReference(*r, r->peak_points, false, nullptr);
+    r->peak_vs_full =
+        AgainstReference(*r, r->peak_points, false, &full_test_nll);
+    if (key) {
+      r->peak_long_vs_ref = AgainstReference(*r, r->peak_points, true, nullptr);
     }
   }
 }
@@ -398,9 +426,16 @@ absl::Status Protocol(const Model& model,
   r.data_dir = data_dir;
   r.decider = decider->Describe();
   r.stories = stories.size();
+  if (r.long_window < 0) {
+    return BadInput(absl::InvalidArgumentError(
+        absl::StrCat("--longppl_window: ", r.long_window, " is negative")));
+  }
   std::vector<std::vector<int>> tune_stories, test_stories;
   ENTROKV_RETURN_IF_ERROR(
       SplitAndFullCache(model, stories, &r, &tune_stories, &test_stories));
+  if (r.long_window > 0) {
+    ENTROKV_RETURN_IF_ERROR(KeyTokens(model, test_stories, decider, &r));
+  }
 
   auto named = [&](const std::string& name) -> absl::StatusOr<SessionConfig> {
     SessionConfig config = EngineSessionConfig(model.config(), 1);
@@ -422,6 +457,9 @@ absl::Status Protocol(const Model& model,
   }
   UseTunedParameters(std::move(policies), &r);
   ENTROKV_RETURN_IF_ERROR(Test(model, test_stories, decider, &calibrate, &r));
+  if (r.equal_peak) {
+    ENTROKV_RETURN_IF_ERROR(EqualPeak(model, test_stories, decider, &r));
+  }
   Bootstrap(&r);
   r.recall = absl::GetFlag(FLAGS_recall);
   if (r.recall) RecallAgreement(&r);

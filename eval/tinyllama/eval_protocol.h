@@ -5,9 +5,12 @@
 // is calibrated on the test stories to each target mean live (--targets) by
 // budget search, and compared with window+fixed (and the full cache) by a
 // paired bootstrap over test stories (docs/design.md "Fair comparison":
-// equal MEAN live entries). With --recall (in process), each test point's
-// attention recall is measured too, and the report says how well it ranks
-// the points as perplexity does (Spearman ρ with a bootstrap interval,
+// equal MEAN live entries), in perplexity and in long-range perplexity over
+// key tokens (long_ppl.h). With --equal_peak (the default) every policy is
+// also compared at the reference's budgets with its controller capped
+// there: equal PEAK live entries. With --recall (in process), each test
+// point's attention recall is measured too, and the report says how well it
+// ranks the points as perplexity does (Spearman ρ with a bootstrap interval,
 // docs/results-tinystories.md "Does attention recall predict perplexity?").
 // Writes <out>/tinystories_report.md,
 // tinystories_protocol.csv, tinystories_runs.csv, tinystories_results.json
@@ -30,6 +33,7 @@
 #include "tinyllama/decider.h"
 #include "tinyllama/eval_curve.h"
 #include "tinyllama/eval_run.h"
+#include "tinyllama/long_ppl.h"
 #include "tinyllama/model.h"
 
 namespace entrokv::tinyllama {
@@ -88,6 +92,35 @@ struct ProtocolResult {
   std::vector<std::vector<Point>> points;
   std::vector<std::vector<PairedDifference>> vs_ref;
   std::vector<std::vector<PairedDifference>> vs_full;
+  // Long-range perplexity (long_ppl.h; --longppl_window, 0: not measured):
+  // the key tokens of each test story, chosen once from the full cache and
+  // window+fixed at budget long_window; how many there are; the full
+  // cache's and the short window's perplexity and LongPPL on the test
+  // stories; and each point's LongPPL against the reference and the full
+  // cache (the same paired bootstrap, over the key tokens' NLL).
+  int64_t long_window = 0;
+  KeyTokenParams key_params;
+  std::vector<std::vector<uint8_t>> key_tokens;
+  int64_t key_token_count = 0;
+  std::vector<double> full_test_key_nll;  // Per test story.
+  double full_test_long_ppl = 0.0;
+  double short_test_ppl = 0.0;
+  double short_test_long_ppl = 0.0;
+  std::string key_text;
+  std::vector<std::vector<PairedDifference>> long_vs_ref;
+  std::vector<std::vector<PairedDifference>> long_vs_full;
+  // Equal peak (--equal_peak): every policy at the nominal budgets of the
+  // reference's point at each target, combined with its weight; an
+  // entropy-controlled budget is capped at the nominal one
+  // (Curve::cap_at_budget, on peak_curves; null for any other control,
+  // whose own curve serves). So no policy holds more entries at any step
+  // than the reference; the mean is what it is.
+  bool equal_peak = false;
+  std::vector<std::unique_ptr<Curve>> peak_curves;
+  std::vector<std::vector<Point>> peak_points;
+  std::vector<std::vector<PairedDifference>> peak_vs_ref;
+  std::vector<std::vector<PairedDifference>> peak_vs_full;
+  std::vector<std::vector<PairedDifference>> peak_long_vs_ref;
   // --recall: how well each measure of the runs' attention recall ranks the
   // test points as perplexity does (RankAgreementBootstrap; a group is a
   // target), in RecallMeasures() order: over every policy, and over the

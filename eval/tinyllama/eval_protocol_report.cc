@@ -13,11 +13,6 @@
 namespace entrokv::tinyllama {
 namespace {
 
-std::string DiffCell(const PairedDifference& d) {
-  return absl::StrFormat("%+.2f [%+.2f, %+.2f]%s", d.pct, d.lo_pct, d.hi_pct,
-                         d.significant() ? " *" : "");
-}
-
 void AppendTuning(const ProtocolResult& r, std::string* md) {
   absl::StrAppend(md, "\nTuning at mean live ", r.tune_target,
                   " on the tuning stories. Grid: ", r.grid_text,
@@ -82,21 +77,7 @@ void AppendDifferences(const ProtocolResult& r, std::string* md) {
   }
   absl::StrAppend(md, "\nVerdict against ", ref_name,
                   " on the test stories:\n");
-  for (size_t t = 0; t < r.targets.size(); ++t) {
-    std::vector<std::string> better, worse, tied;
-    for (size_t i = 0; i < r.policies.size(); ++i) {
-      if (i == r.ref || !Comparable(r, i, t)) continue;
-      const PairedDifference& d = r.vs_ref[i][t];
-      const std::string name = PolicyName(r.policies[i]);
-      (d.hi_pct < 0 ? better : d.lo_pct > 0 ? worse : tied).push_back(name);
-    }
-    absl::StrAppend(md, "- live ", r.targets[t], ": significantly better: ",
-                    better.empty() ? "none" : absl::StrJoin(better, ", "),
-                    "; significantly worse: ",
-                    worse.empty() ? "none" : absl::StrJoin(worse, ", "),
-                    "; not distinguishable: ",
-                    tied.empty() ? "none" : absl::StrJoin(tied, ", "), "\n");
-  }
+  AppendVerdict(r, r.points, r.vs_ref, md);
 }
 
 // The budgets each point used, and how many runs each split took.
@@ -194,10 +175,13 @@ void AppendRecall(const ProtocolResult& r, std::string* md) {
 std::string ProtocolReport(const ProtocolResult& r) {
   std::string md =
       absl::StrCat("\nSplit: ", r.split_text, "\n", r.full_text, "\n");
+  if (r.long_window > 0) absl::StrAppend(&md, r.key_text, "\n");
   if (r.tuning) AppendTuning(r, &md);
   AppendPerplexity(r, &md);
   AppendDifferences(r, &md);
+  AppendLongPerplexity(r, &md);
   AppendCalibration(r, &md);
+  AppendEqualPeak(r, &md);
   if (r.recall) AppendRecall(r, &md);
   return md;
 }
@@ -206,26 +190,46 @@ std::string ProtocolCsv(const ProtocolResult& r) {
   std::string csv =
       "split,policy,parameters,target_mean_live,budgets,mean_live,peak_live,"
       "perplexity,pct_over_full,pct_over_full_lo,pct_over_full_hi,"
-      "diff_vs_reference_pct,diff_lo,diff_hi,significant\n";
-  for (size_t i = 0; i < r.policies.size(); ++i) {
-    for (size_t t = 0; t < r.targets.size(); ++t) {
-      const Point& p = r.points[i][t];
-      const PairedDifference& f = r.vs_full[i][t];
-      const PairedDifference& d = r.vs_ref[i][t];
-      absl::StrAppend(&csv, "test,", PolicyName(r.policies[i]), ",\"",
-                      ParamsOf(r.policies[i]), "\",", r.targets[t], ",",
-                      p.Budgets(), ",", Num(p.mean_live, 3), ",", p.peak_live,
-                      ",", Num(p.ppl, 5), ",", Num(f.pct, 3), ",",
-                      Num(f.lo_pct, 3), ",", Num(f.hi_pct, 3), ",",
-                      Num(d.pct, 3), ",", Num(d.lo_pct, 3), ",",
-                      Num(d.hi_pct, 3), ",", d.significant() ? 1 : 0, "\n");
+      "diff_vs_reference_pct,diff_lo,diff_hi,significant,long_perplexity,"
+      "long_diff_vs_reference_pct,long_diff_lo,long_diff_hi,long_significant"
+      "\n";
+  auto rows = [&](const char* split,
+                  const std::vector<std::vector<Point>>& points,
+                  const std::vector<std::vector<PairedDifference>>& vs_full,
+                  const std::vector<std::vector<PairedDifference>>& vs_ref,
+                  const std::vector<std::vector<PairedDifference>>& long_ref) {
+    for (size_t i = 0; i < r.policies.size(); ++i) {
+      for (size_t t = 0; t < r.targets.size(); ++t) {
+        const Point& p = points[i][t];
+        const PairedDifference& f = vs_full[i][t];
+        const PairedDifference& d = vs_ref[i][t];
+        absl::StrAppend(
+            &csv, split, ",", PolicyName(r.policies[i]), ",\"",
+            ParamsOf(r.policies[i]), "\",", r.targets[t], ",", p.Budgets(), ",",
+            Num(p.mean_live, 3), ",", p.peak_live, ",", Num(p.ppl, 5), ",",
+            Num(f.pct, 3), ",", Num(f.lo_pct, 3), ",", Num(f.hi_pct, 3), ",",
+            Num(d.pct, 3), ",", Num(d.lo_pct, 3), ",", Num(d.hi_pct, 3), ",",
+            d.significant() ? 1 : 0, ",", Num(p.long_ppl, 5));
+        if (long_ref.empty()) {
+          absl::StrAppend(&csv, ",,,,\n");
+        } else {
+          const PairedDifference& l = long_ref[i][t];
+          absl::StrAppend(&csv, ",", Num(l.pct, 3), ",", Num(l.lo_pct, 3), ",",
+                          Num(l.hi_pct, 3), ",", l.significant() ? 1 : 0, "\n");
+        }
+      }
     }
+  };
+  rows("test", r.points, r.vs_full, r.vs_ref, r.long_vs_ref);
+  if (r.equal_peak) {
+    rows("test_equal_peak", r.peak_points, r.peak_vs_full, r.peak_vs_ref,
+         r.peak_long_vs_ref);
   }
   for (const auto& c : r.candidates) {
     absl::StrAppend(&csv, "tune,", PolicyName(c->curve.config), ",\"", c->label,
                     "\",", r.tune_target, ",", c->point.Budgets(), ",",
                     Num(c->point.mean_live, 3), ",", c->point.peak_live, ",",
-                    Num(c->point.ppl, 5), ",,,,,,,\n");
+                    Num(c->point.ppl, 5), ",,,,,,,,,,,,\n");
   }
   return csv;
 }
@@ -244,10 +248,19 @@ std::string ProtocolRunsCsv(const ProtocolResult& r) {
   };
   for (const auto& c : r.candidates) run_rows("tune", c->curve);
   for (const auto& c : r.curves) run_rows("test", *c);
+  for (const auto& c : r.peak_curves) {
+    if (c != nullptr) run_rows("test_equal_peak", *c);
+  }
   return csv;
 }
 
 namespace {
+
+// [pct, lo, hi].
+std::string JsonDiff(const PairedDifference& d) {
+  return absl::StrCat("[", Num(d.pct, 3), ", ", Num(d.lo_pct, 3), ", ",
+                      Num(d.hi_pct, 3), "]");
+}
 
 // The 1-based story numbers of `v`, as a JSON list.
 std::string StoryNumbers(const std::vector<int>& v) {
@@ -280,7 +293,26 @@ std::string JsonHead(const ProtocolResult& r) {
       "live)\"},\n  \"bootstrap\": {\"resamples\": ",
       r.resamples, ", \"seed\": ", r.seed, ", \"level\": ", r.level,
       ", \"reference\": ", JsonString(PolicyName(r.policies[r.ref])),
-      "},\n  \"tuning\": {\"enabled\": ", r.tuning ? "true" : "false",
+      "},\n  \"long_range\": {\"enabled\": ",
+      r.long_window > 0 ? "true" : "false",
+      ", \"short_window_budget\": ", r.long_window,
+      ", \"alpha\": ", r.key_params.alpha, ", \"beta\": ", r.key_params.beta,
+      ", \"key_tokens\": ", r.key_token_count,
+      ", \"test_tokens\": ", r.test_tokens,
+      ", \"full_cache_long_perplexity\": ", Num(r.full_test_long_ppl),
+      ", \"short_window_long_perplexity\": ", Num(r.short_test_long_ppl),
+      ", \"short_window_perplexity\": ", Num(r.short_test_ppl),
+      ", \"method\": \"LongPPL (arXiv:2410.23771): a scored test token is a "
+      "key token when NLL(window+fixed at short_window_budget) - NLL(full "
+      "cache) > alpha and -NLL(full cache) > beta; chosen once per story; "
+      "long_perplexity = exp(sum of NLL over key tokens / key tokens)\"},"
+      "\n  \"equal_peak\": {\"enabled\": ", r.equal_peak ? "true" : "false",
+      ", \"method\": \"each policy at the reference's nominal budgets for "
+      "the target, combined with the reference's interpolation weight; an "
+      "entropy-controlled budget capped at the nominal one "
+      "(entropy_budget.max_budget = budget), so no step holds more entries "
+      "than the reference's\"},"
+      "\n  \"tuning\": {\"enabled\": ", r.tuning ? "true" : "false",
       ", \"target_mean_live\": ", r.tune_target,
       ", \"grid\": ", JsonString(r.grid_text), ", \"candidates\": [");
 }
@@ -329,7 +361,29 @@ void AppendJsonTest(const ProtocolResult& r, std::string* json) {
           ", \"pct_over_full\": [", Num(f.pct, 3), ", ", Num(f.lo_pct, 3), ", ",
           Num(f.hi_pct, 3), "], \"diff_vs_reference_pct\": [", Num(d.pct, 3),
           ", ", Num(d.lo_pct, 3), ", ", Num(d.hi_pct, 3),
-          "], \"significant\": ", d.significant() ? "true" : "false");
+          "], \"significant\": ", d.significant() ? "true" : "false",
+          ", \"long_perplexity\": ", Num(p.long_ppl));
+      if (!r.long_vs_ref.empty()) {
+        absl::StrAppend(json, ", \"long_pct_over_full\": ",
+                        JsonDiff(r.long_vs_full[i][t]),
+                        ", \"long_diff_vs_reference_pct\": ",
+                        JsonDiff(r.long_vs_ref[i][t]));
+      }
+      if (r.equal_peak) {
+        const Point& q = r.peak_points[i][t];
+        absl::StrAppend(
+            json, ", \"equal_peak\": {\"budgets\": ", JsonString(q.Budgets()),
+            ", \"mean_live\": ", Num(q.mean_live, 3),
+            ", \"peak_live\": ", q.peak_live, ", \"perplexity\": ", Num(q.ppl),
+            ", \"pct_over_full\": ", JsonDiff(r.peak_vs_full[i][t]),
+            ", \"diff_vs_reference_pct\": ", JsonDiff(r.peak_vs_ref[i][t]),
+            ", \"long_perplexity\": ", Num(q.long_ppl));
+        if (!r.peak_long_vs_ref.empty()) {
+          absl::StrAppend(json, ", \"long_diff_vs_reference_pct\": ",
+                          JsonDiff(r.peak_long_vs_ref[i][t]));
+        }
+        absl::StrAppend(json, "}");
+      }
       if (r.recall) {
         absl::StrAppend(json, ", \"recall\": {");
         const std::vector<RecallMeasure>& measures = RecallMeasures();

@@ -1,6 +1,7 @@
 // The protocol's output (eval_protocol.h): the Markdown report it prints and
 // writes to tinystories_report.md, tinystories_protocol.csv (a row per
-// policy and target on the test stories, then the tuning candidates),
+// policy and target on the test stories, at equal mean live and then, with
+// --equal_peak, at equal peak; then the tuning candidates),
 // tinystories_runs.csv (every run), tinystories_results.json, and the
 // three-panel plot tinystories_ppl_vs_live.png (eval_protocol_plot.cc).
 //
@@ -12,6 +13,7 @@
 
 #include <filesystem>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "tinyllama/eval_protocol.h"
@@ -19,6 +21,20 @@
 namespace entrokv::tinyllama {
 
 std::string ProtocolReport(const ProtocolResult& r);
+
+// Parts of the report (eval_protocol_report_compare.cc).
+// A difference against the reference: "+0.12 [-0.10, +0.30] *".
+std::string DiffCell(const PairedDifference& d);
+// At each target, the policies significantly better than the reference,
+// worse, and neither, by `diffs` of `points` against the reference's point.
+void AppendVerdict(const ProtocolResult& r,
+                   const std::vector<std::vector<Point>>& points,
+                   const std::vector<std::vector<PairedDifference>>& diffs,
+                   std::string* md);
+// Long-range perplexity at equal mean live (nothing when not measured).
+void AppendLongPerplexity(const ProtocolResult& r, std::string* md);
+// Perplexity and LongPPL at equal peak live (nothing without --equal_peak).
+void AppendEqualPeak(const ProtocolResult& r, std::string* md);
 std::string ProtocolCsv(const ProtocolResult& r);
 std::string ProtocolRunsCsv(const ProtocolResult& r);
 std::string ProtocolJson(const ProtocolResult& r);

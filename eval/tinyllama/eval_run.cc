@@ -8,8 +8,10 @@
 #include <thread>
 #include <utility>
 
+#include "absl/strings/str_cat.h"
 #include "entrokv/core/status_macros.h"
 #include "tinyllama/evaluator.h"
+#include "tinyllama/long_ppl.h"
 
 namespace entrokv::tinyllama {
 namespace {
@@ -28,10 +30,18 @@ absl::Status Evaluate(const Model& model,
   EvaluateOptions options;
   options.lag = run->lag;
   options.record_evictions = run->record_evictions;
+  options.keep_per_token_nll =
+      run->keep_token_nll || run->key_tokens != nullptr;
+  if (run->key_tokens != nullptr && run->key_tokens->size() != stories.size()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("evaluate: key tokens of ", run->key_tokens->size(),
+                     " stories for ", stories.size(), " stories"));
+  }
   if (progress != nullptr) {
     progress->RunStarted(static_cast<int64_t>(stories.size()));
   }
-  for (const std::vector<int>& tokens : stories) {
+  for (size_t s = 0; s < stories.size(); ++s) {
+    const std::vector<int>& tokens = stories[s];
     std::unique_ptr<DeciderSession> session;
     if (decider != nullptr) {
       ENTROKV_ASSIGN_OR_RETURN(session, decider->Open(run->config));
@@ -53,6 +63,18 @@ absl::Status Evaluate(const Model& model,
                     r.log_recall_sum, r.oracle_recall_sum});
     if (run->record_evictions)
       run->evicted_at.push_back(std::move(r.evicted_at));
+    if (run->key_tokens != nullptr) {
+      const std::vector<uint8_t>& key = (*run->key_tokens)[s];
+      if (key.size() != r.nll.size()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("evaluate: story ", s, ": ", key.size(),
+                         " key-token flags for ", r.nll.size(), " tokens"));
+      }
+      const KeyNll sum = SumOverKeyTokens(r.nll, key);
+      run->story_key_nll.push_back(sum.nll);
+      run->story_key_tokens.push_back(sum.tokens);
+    }
+    if (run->keep_token_nll) run->story_token_nll.push_back(std::move(r.nll));
     if (progress != nullptr) progress->StoryDone();
   }
   if (progress != nullptr) progress->RunDone();

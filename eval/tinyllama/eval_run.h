@@ -38,6 +38,11 @@ struct Run {
   std::string variant;  // VariantLabel(config).
   int lag = 0;
   bool record_evictions = false;
+  bool keep_token_nll = false;  // Fill story_token_nll.
+  // Per story, the key tokens of long-range perplexity (long_ppl.h), one
+  // flag per scored token; null: none (story_key_nll and story_key_tokens
+  // stay empty). Not owned; outlives the evaluation.
+  const std::vector<std::vector<uint8_t>>* key_tokens = nullptr;
   // Results.
   double nll_sum = 0.0;
   int64_t predicted = 0;
@@ -47,6 +52,12 @@ struct Run {
   int64_t deferred = 0;
   std::vector<double> story_nll;      // Per story: Σ −log p.
   std::vector<int64_t> story_tokens;  // Per story: tokens scored.
+  // Per story, Σ −log p over its key tokens and their count (key_tokens
+  // only).
+  std::vector<double> story_key_nll;
+  std::vector<int64_t> story_key_tokens;
+  // Per story, each scored token's −log p (keep_token_nll only).
+  std::vector<std::vector<double>> story_token_nll;
   // Per story, SequenceResult's recall sums (all 0 when the decider does not
   // measure recall).
   std::vector<StoryRecall> story_recall;
@@ -61,9 +72,11 @@ struct Run {
 // REQUIRES: no run is being evaluated.
 void SetEvalProgress(EvalProgress* progress);
 
-// Evaluates `run` (its config, lag and record_evictions) over `stories`,
-// each in a session of its own opened on `decider` (null: the full cache,
-// nothing evicted), and adds up its results.
+// Evaluates `run` (its config, lag, record_evictions, keep_token_nll and
+// key_tokens) over `stories`, each in a session of its own opened on
+// `decider` (null: the full cache, nothing evicted), and adds up its results.
+// InvalidArgument when key_tokens does not hold a flag per scored token of
+// each story.
 absl::Status Evaluate(const Model& model,
                       const std::vector<std::vector<int>>& stories,
                       Decider* decider, Run* run);

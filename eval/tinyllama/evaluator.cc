@@ -28,6 +28,11 @@ SessionConfig EngineSessionConfig(const ModelConfig& model, int64_t budget) {
   return config;
 }
 
+SessionConfig CapAtBudget(SessionConfig config) {
+  config.entropy_budget.max_budget = config.budget;
+  return config;
+}
+
 absl::StatusOr<SequenceResult> EvaluateSequence(
     const Model& model, absl::Span<const int> tokens, DeciderSession* session,
     const EvaluateOptions& options) {

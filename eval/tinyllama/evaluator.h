@@ -72,6 +72,14 @@ struct EvaluateOptions {
 // caller.
 SessionConfig EngineSessionConfig(const ModelConfig& model, int64_t budget);
 
+// `config` with an entropy-controlled budget capped at its nominal budget
+// (entropy_budget.max_budget = budget): the entropy controller's B_t can fall
+// below the budget, never rise above it, so no step holds more entries than
+// a fixed budget would (the equal-peak comparison,
+// docs/results-tinystories.md "Equal peak"). A fixed budget is unchanged in
+// effect.
+SessionConfig CapAtBudget(SessionConfig config);
+
 // Evaluates `tokens` (BOS first, at most seq_len of them). With a null
 // `session`, nothing is evicted (the full cache).
 // InvalidArgument for fewer than 2 or more than seq_len tokens; errors of the
