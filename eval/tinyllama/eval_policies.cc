@@ -141,6 +141,16 @@ std::string ParamsOf(const SessionConfig& c) {
   if (c.ranking == Ranking::kH2o) {
     parts.push_back(absl::StrCat("recent_fraction=", c.h2o.recent_fraction));
   }
+  if (c.ranking == Ranking::kExpected) {
+    parts.push_back(absl::StrCat("ema_rate=", c.expected.ema_rate));
+  }
+  if (c.ranking == Ranking::kBirth) {
+    parts.push_back(absl::StrCat("weight=", c.birth.weight));
+  }
+  if (c.ranking == Ranking::kRkv) {
+    parts.push_back(absl::StrCat("lambda=", c.rkv.lambda,
+                                 " sample=", c.rkv.sample));
+  }
   if (c.ranking == Ranking::kStreaming) {
     parts.push_back(absl::StrCat("sinks=", c.streaming_sinks));
   }

@@ -156,6 +156,9 @@ struct TuningGrid {
   std::vector<double> rates;       // entropy budget EMA rate.
   std::vector<double> fractions;   // h2o recent_fraction.
   std::vector<int64_t> sinks;      // streaming sinks.
+  std::vector<double> expected_rates;  // expected ema_rate.
+  std::vector<double> birth_weights;   // birth weight η.
+  std::vector<double> rkv_lambdas;     // rkv λ.
 };
 
 TuningGrid MakeGrid(bool quick) {
@@ -169,6 +172,12 @@ TuningGrid MakeGrid(bool quick) {
   g.fractions = quick ? std::vector<double>{0.5, 0.25}
                       : std::vector<double>{0.5, 0.25, 0.75};
   g.sinks = quick ? std::vector<int64_t>{4, 1} : std::vector<int64_t>{4, 1, 16};
+  g.expected_rates = quick ? std::vector<double>{0.05, 0.3}
+                           : std::vector<double>{0.05, 0.01, 0.2, 0.5};
+  g.birth_weights = quick ? std::vector<double>{1.0, 0.25}
+                          : std::vector<double>{1.0, 0.25, 0.5, 2.0};
+  g.rkv_lambdas = quick ? std::vector<double>{0.1, 0.5}
+                        : std::vector<double>{0.1, 0.3, 0.6, 0.9};
   return g;
 }
 
@@ -187,7 +196,12 @@ std::string GridText(const TuningGrid& g) {
       absl::StrJoin(g.rates, ", "),
       "} at the best gamma; h2o recent_fraction in {",
       absl::StrJoin(g.fractions, ", "), "} (h2o+fixed); streaming sinks in {",
-      absl::StrJoin(g.sinks, ", "), "} (streaming+fixed)");
+      absl::StrJoin(g.sinks, ", "),
+      "} (streaming+fixed); and only when a policy of the ranking is "
+      "evaluated: expected ema_rate in {",
+      absl::StrJoin(g.expected_rates, ", "), "} (expected+fixed), birth weight "
+      "in {", absl::StrJoin(g.birth_weights, ", "), "} (birth+fixed), rkv "
+      "lambda in {", absl::StrJoin(g.rkv_lambdas, ", "), "} (rkv+fixed)");
 }
 
 // Tuning on the tuning stories at the tuning target. Stage 1: each group's
@@ -197,6 +211,7 @@ std::string GridText(const TuningGrid& g) {
 absl::Status Tune(const Model& model,
                   const std::vector<std::vector<int>>& tune_stories,
                   Decider* decider, const TuningGrid& grid,
+                  const std::vector<SessionConfig>& policies,
                   Calibrator* calibrate, ProtocolResult* r) {
   CurveSearch tune_sweep(model, tune_stories, decider,
                          /*record_evictions=*/false);
@@ -249,6 +264,23 @@ absl::Status Tune(const Model& model,
            [](SessionConfig& c, double f) { c.h2o.recent_fraction = f; });
   add_each("streaming", tuned.streaming, grid.sinks,
            [](SessionConfig& c, int64_t k) { c.streaming_sinks = k; });
+  auto evaluated = [&](Ranking ranking) {
+    return std::any_of(
+        policies.begin(), policies.end(),
+        [ranking](const SessionConfig& c) { return c.ranking == ranking; });
+  };
+  if (evaluated(Ranking::kExpected)) {
+    add_each("expected", tuned.expected, grid.expected_rates,
+             [](SessionConfig& c, double v) { c.expected.ema_rate = v; });
+  }
+  if (evaluated(Ranking::kBirth)) {
+    add_each("birth", tuned.birth, grid.birth_weights,
+             [](SessionConfig& c, double v) { c.birth.weight = v; });
+  }
+  if (evaluated(Ranking::kRkv)) {
+    add_each("rkv", tuned.rkv, grid.rkv_lambdas,
+             [](SessionConfig& c, double v) { c.rkv.lambda = v; });
+  }
   ENTROKV_RETURN_IF_ERROR(run_from(0));
   if (const Candidate* best_gamma = best("entropy")) {
     const size_t first = candidates.size();
@@ -262,6 +294,9 @@ absl::Status Tune(const Model& model,
   if (const Candidate* b = best("entropy")) tuned.entropy = b->curve.config;
   if (const Candidate* b = best("h2o")) tuned.h2o = b->curve.config;
   if (const Candidate* b = best("streaming")) tuned.streaming = b->curve.config;
+  if (const Candidate* b = best("expected")) tuned.expected = b->curve.config;
+  if (const Candidate* b = best("birth")) tuned.birth = b->curve.config;
+  if (const Candidate* b = best("rkv")) tuned.rkv = b->curve.config;
   return absl::OkStatus();
 }
 
@@ -274,6 +309,9 @@ void UseTunedParameters(std::vector<SessionConfig> policies,
     c.entropy_budget = r->tuned.entropy.entropy_budget;
     c.h2o = r->tuned.h2o.h2o;
     c.streaming_sinks = r->tuned.streaming.streaming_sinks;
+    c.expected = r->tuned.expected.expected;
+    c.birth = r->tuned.birth.birth;
+    c.rkv = r->tuned.rkv.rkv;
   }
   std::stable_partition(
       policies.begin(), policies.end(),
@@ -447,12 +485,15 @@ absl::Status Protocol(const Model& model,
   ENTROKV_ASSIGN_OR_RETURN(r.tuned.entropy, named("affinity+entropy"));
   ENTROKV_ASSIGN_OR_RETURN(r.tuned.h2o, named("h2o+fixed"));
   ENTROKV_ASSIGN_OR_RETURN(r.tuned.streaming, named("streaming+fixed"));
+  ENTROKV_ASSIGN_OR_RETURN(r.tuned.expected, named("expected+fixed"));
+  ENTROKV_ASSIGN_OR_RETURN(r.tuned.birth, named("birth+fixed"));
+  ENTROKV_ASSIGN_OR_RETURN(r.tuned.rkv, named("rkv+fixed"));
   Calibrator calibrate(r.tolerance);
   r.tuning = absl::GetFlag(FLAGS_tuning) && !r.split.tune.empty();
   if (r.tuning) {
     const TuningGrid grid = MakeGrid(r.quick);
     ENTROKV_RETURN_IF_ERROR(
-        Tune(model, tune_stories, decider, grid, &calibrate, &r));
+        Tune(model, tune_stories, decider, grid, policies, &calibrate, &r));
     r.grid_text = GridText(grid);
   }
   UseTunedParameters(std::move(policies), &r);

@@ -53,6 +53,10 @@ struct TunedParameters {
   SessionConfig entropy;    // affinity+entropy: entropy_budget.
   SessionConfig h2o;        // h2o+fixed: h2o.
   SessionConfig streaming;  // streaming+fixed: streaming_sinks.
+  // Tuned only when a policy of the ranking is evaluated:
+  SessionConfig expected;  // expected+fixed: expected.ema_rate.
+  SessionConfig birth;     // birth+fixed: birth.weight.
+  SessionConfig rkv;       // rkv+fixed: rkv.lambda.
 };
 
 // What the protocol ran and found, for the report.

@@ -34,7 +34,10 @@ void AppendPerplexity(const ProtocolResult& r, std::string* md) {
       "; entropy budget: gamma=", tuned.entropy.entropy_budget.gamma,
       " ema_rate=", tuned.entropy.entropy_budget.ema_rate,
       "; h2o: recent_fraction=", tuned.h2o.h2o.recent_fraction,
-      "; streaming: sinks=", tuned.streaming.streaming_sinks);
+      "; streaming: sinks=", tuned.streaming.streaming_sinks,
+      "; expected: ema_rate=", tuned.expected.expected.ema_rate,
+      "; birth: weight=", tuned.birth.birth.weight,
+      "; rkv: lambda=", tuned.rkv.rkv.lambda);
   absl::StrAppend(md, "\nParameters used on the test stories (",
                   r.tuning ? "tuned" : "core's defaults", "): ", tuned_text,
                   "\n\nTest stories: perplexity at equal mean live entries "
@@ -339,6 +342,9 @@ void AppendJsonTuning(const ProtocolResult& r, std::string* json) {
       ", \"entropy_ema_rate\": ", tuned.entropy.entropy_budget.ema_rate,
       ", \"h2o_recent_fraction\": ", tuned.h2o.h2o.recent_fraction,
       ", \"streaming_sinks\": ", tuned.streaming.streaming_sinks,
+      ", \"expected_ema_rate\": ", tuned.expected.expected.ema_rate,
+      ", \"birth_weight\": ", tuned.birth.birth.weight,
+      ", \"rkv_lambda\": ", tuned.rkv.rkv.lambda,
       "}},\n  \"targets\": [", absl::StrJoin(r.targets, ", "),
       "],\n  \"test\": [");
 }
