@@ -94,6 +94,32 @@ BENCHMARK(BM_WindowStep)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
+// The rankings of 2025-26, whose keep scores read the stored keys beyond z
+// (keydiff, expected, rkv) or the entropy at birth: scalar double loops in
+// core/src/key_stats.cc, set beside tova's step above. rkv compares every
+// live key with rkv.sample (64) reference keys: O(live · 64 · planes · dim).
+void BM_KeyDiffStep(benchmark::State& state) { RunSteps(state, "keydiff"); }
+void BM_ExpectedStep(benchmark::State& state) { RunSteps(state, "expected"); }
+void BM_BirthStep(benchmark::State& state) { RunSteps(state, "birth"); }
+void BM_RkvStep(benchmark::State& state) { RunSteps(state, "rkv"); }
+BENCHMARK(BM_KeyDiffStep)
+    ->Arg(8 << 10)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_ExpectedStep)
+    ->Arg(8 << 10)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_BirthStep)
+    ->Arg(8 << 10)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+BENCHMARK(BM_RkvStep)
+    ->Arg(1 << 10)
+    ->Arg(8 << 10)
+    ->Unit(benchmark::kMillisecond)
+    ->UseRealTime();
+
 // STREAM "Copy": b[i] = a[i] over arrays far larger than the caches; counted
 // as STREAM counts it, 2 · 8 bytes an element (one read, one write).
 void BM_StreamCopy(benchmark::State& state) {

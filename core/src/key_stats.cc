@@ -11,6 +11,17 @@ const std::byte* Row(const KeyPlanes& k, int32_t plane, int64_t pos) {
                       static_cast<int64_t>(ElementSize(k.type));
 }
 
+// Decodes the key at (plane, pos) into `row` (dim floats) and returns
+// 1/‖k‖ (Σ k² in double, in order), 0 for a zero key.
+double DecodeInverseNorm(const KeyPlanes& k, int32_t plane, int64_t pos,
+                         float* row) {
+  DecodeElements(k.type, Row(k, plane, pos), static_cast<size_t>(k.dim), row);
+  double sq = 0.0;
+  for (int32_t j = 0; j < k.dim; ++j) sq += double{row[j]} * row[j];
+  const double norm = std::sqrt(sq);
+  return norm > 0.0 ? 1.0 / norm : 0.0;
+}
+
 }  // namespace
 
 void KeyDiffScores(const KeyPlanes& keys, std::vector<double>* out,
@@ -29,12 +40,7 @@ void KeyDiffScores(const KeyPlanes& keys, std::vector<double>* out,
   for (int32_t plane = 0; plane < keys.planes; ++plane) {
     std::fill(anchor, anchor + d, 0.0);
     for (int64_t p = 0; p < n; ++p) {
-      DecodeElements(keys.type, Row(keys, plane, p), static_cast<size_t>(d),
-                     row);
-      double sq = 0.0;
-      for (int32_t j = 0; j < d; ++j) sq += double{row[j]} * row[j];
-      const double norm = std::sqrt(sq);
-      inv_norm[p] = norm > 0.0 ? 1.0 / norm : 0.0;
+      inv_norm[p] = DecodeInverseNorm(keys, plane, p, row);
       for (int32_t j = 0; j < d; ++j) anchor[j] += row[j] * inv_norm[p];
     }
     double anchor_sq = 0.0;
@@ -87,13 +93,7 @@ void RedundancyScores(const KeyPlanes& keys, const int64_t* index,
   const double row_count = static_cast<double>(rows.size());
   for (int32_t plane = 0; plane < keys.planes; ++plane) {
     for (int64_t p = 0; p < n; ++p) {
-      float* row = x + p * d;
-      DecodeElements(keys.type, Row(keys, plane, p), static_cast<size_t>(d),
-                     row);
-      double sq = 0.0;
-      for (int32_t j = 0; j < d; ++j) sq += double{row[j]} * row[j];
-      const double norm = std::sqrt(sq);
-      inv_norm[p] = norm > 0.0 ? 1.0 / norm : 0.0;
+      inv_norm[p] = DecodeInverseNorm(keys, plane, p, x + p * d);
     }
     std::fill(r, r + n, 0.0);
     for (int32_t i : rows) {
