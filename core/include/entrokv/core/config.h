@@ -27,7 +27,8 @@ enum class QueryForm : uint8_t {
   kPerHead,   // One query per q head: [layer][q_head][dim].
   kGroupSum,  // Per kv head, the sum of its GQA group's queries:
               // [layer][kv_head][dim]. Enough for the mean logit s_i; not
-              // for the per-head softmax (tova, h2o).
+              // for the per-head softmax (tova, h2o, birth, rkv) or
+              // query statistics (expected).
 };
 
 // The shape of the vectors an engine sends per step. Keys are laid out
