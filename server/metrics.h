@@ -150,8 +150,10 @@ class ServerMetrics {
   void DrainStarted();
 
   // Series of entrokv_attention_recall kept: (role, policy) pairs number
-  // 3 roles x 14 policies at most (docs/observability.md); past this bound
-  // (which they cannot reach) RecallHistogram() returns null.
+  // 31 policies (11 rankings x 3 controls, less window and streaming under
+  // threshold) as session and as shadow, plus the oracle: 63 at most
+  // (docs/observability.md); past this bound (which they cannot reach)
+  // RecallHistogram() returns null.
   static constexpr size_t kMaxRecallSeries = 64;
   // The recall histogram of `role` ("session", "shadow" or "oracle") and
   // `policy` (a canonical name, "oracle" for the oracle), made on first use
