@@ -5,6 +5,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -67,11 +68,12 @@ class DecodeReactor final
   // `open_streams` was incremented for this stream; OnDone() decrements it.
   DecodeReactor(SessionRegistry* registry, const ServiceLimits& limits,
                 ServerMetrics* metrics, std::atomic<int64_t>* open_streams,
-                std::string peer)
+                StepPool* pool, std::string peer)
       : registry_(registry),
         limits_(limits),
         metrics_(metrics),
         open_streams_(open_streams),
+        pool_(pool),
         peer_(std::move(peer)) {
     spdlog::debug("decode stream from {} opened", peer_);
     StartRead(&request_bytes_);
@@ -117,12 +119,6 @@ class DecodeReactor final
   }
 
  private:
-  // What a message's steps of one session share.
-  struct SessionInMessage {
-    int64_t steps = 0;
-    absl::Status refused;  // Not OK: why none of its steps may run.
-  };
-
   // A step whose shadows have yet to see it: its session, the step (viewing
   // `request_`) and the session's answer.
   struct ShadowWork {
@@ -130,6 +126,21 @@ class DecodeReactor final
     int step_index = 0;
     std::vector<uint64_t> evicted;
     int64_t budget = 0;
+  };
+
+  // What a message's steps of one session share: one task of the pool.
+  struct SessionInMessage {
+    std::string id;
+    std::vector<int> steps;  // Indices into request_.steps(), in order.
+    absl::Status refused;    // Not OK: why none of its steps may run.
+    std::shared_ptr<SessionEntry> entry;  // Held by this stream, when OK.
+    bool closed = false;  // Found closed: let go once the message is done.
+  };
+
+  // What one step came to, written by the task that ran it.
+  struct StepOutcome {
+    absl::Status status;
+    std::optional<ShadowWork> shadow;  // When its session has shadows.
   };
 
   // Runs the shadows' work of the steps answered since the last call, in
@@ -260,15 +271,33 @@ class DecodeReactor final
       }
     }
     SortStepsBySession();
-    for (int i = 0; i < request_.steps_size(); ++i) {
+    const int steps = request_.steps_size();
+    outcomes_.assign(static_cast<size_t>(steps), StepOutcome{});
+    for (int i = 0; i < steps; ++i) {
       const v1::SessionStep& step = request_.steps(i);
       v1::SessionStepResult* result = response_.add_results();
       result->set_session_id(step.session_id());
       result->set_step(step.step());
-      const SessionInMessage& session = in_message_[step.session_id()];
-      const absl::Status status =
-          session.refused.ok() ? RunStep(step, i, result) : session.refused;
-      if (!status.ok()) {
+    }
+    // The sessions' steps, in parallel over sessions (each session's in
+    // order, on one thread): every task writes only its own session's state
+    // and its steps' results and outcomes.
+    pool_->Run(static_cast<int>(groups_.size()),
+               [this](int g) { RunGroup(&groups_[g]); });
+    for (SessionInMessage& group : groups_) {
+      if (!group.closed) continue;
+      registry_->Detach(*group.entry, this);
+      attached_.erase(group.id);
+    }
+    for (int i = 0; i < steps; ++i) {
+      const v1::SessionStep& step = request_.steps(i);
+      v1::SessionStepResult* result = response_.mutable_results(i);
+      StepOutcome& outcome = outcomes_[i];
+      if (outcome.shadow) shadow_work_.push_back(std::move(*outcome.shadow));
+      const absl::Status& status = outcome.status;
+      if (status.ok()) {
+        ++steps_;
+      } else {
         result->clear_evicted();
         result->clear_live();
         result->clear_budget();
@@ -296,23 +325,52 @@ class DecodeReactor final
     return absl::OkStatus();
   }
 
-  // Fills `in_message_`: each session's step count in this message, and why
-  // its steps may not run (over the per-session limit, or not held by this
-  // stream: one registry look-up per session, not per step).
+  // Fills `groups_`: per session of this message (in order of first
+  // appearance), its steps and why they may not run (over the per-session
+  // limit, or not held by this stream: one look-up per session, not per
+  // step).
   void SortStepsBySession() {
-    in_message_.clear();
-    for (const v1::SessionStep& step : request_.steps()) {
-      ++in_message_[step.session_id()].steps;
+    groups_.clear();
+    group_of_.clear();
+    for (int i = 0; i < request_.steps_size(); ++i) {
+      const std::string& id = request_.steps(i).session_id();
+      auto [it, inserted] =
+          group_of_.try_emplace(id, static_cast<int>(groups_.size()));
+      if (inserted) {
+        groups_.emplace_back();
+        groups_.back().id = id;
+      }
+      groups_[it->second].steps.push_back(i);
     }
     const int64_t max = limits_.max_steps_per_session_per_message;
-    for (auto& [id, session] : in_message_) {
-      if (session.steps > max) {
+    for (SessionInMessage& session : groups_) {
+      const int64_t count = static_cast<int64_t>(session.steps.size());
+      auto held = attached_.find(session.id);
+      if (count > max) {
         session.refused = absl::ResourceExhaustedError(absl::StrCat(
-            "session_id: session ", id, " has ", session.steps,
+            "session_id: session ", session.id, " has ", count,
             " steps in this message, more than the server's limit of ", max,
             " (--max_steps_per_session_per_message); none of them was run"));
-      } else if (!attached_.contains(id)) {
-        session.refused = NotHeld(id, "; attach it first");
+      } else if (held == attached_.end()) {
+        session.refused = NotHeld(session.id, "; attach it first");
+      } else {
+        session.entry = held->second;
+      }
+    }
+  }
+
+  // One task of the pool: the steps of one session, in order.
+  void RunGroup(SessionInMessage* group) {
+    for (int i : group->steps) {
+      StepOutcome& outcome = outcomes_[i];
+      if (!group->refused.ok()) {
+        outcome.status = group->refused;
+      } else if (group->closed) {
+        outcome.status = absl::NotFoundError(
+            absl::StrCat("session_id: no open session ", group->id));
+      } else {
+        outcome.status = RunStep(request_.steps(i), i, group,
+                                 response_.mutable_results(i), &outcome);
       }
     }
   }
@@ -356,19 +414,17 @@ class DecodeReactor final
     return absl::OkStatus();
   }
 
-  // REQUIRES: the step's session is in `attached_` (SortStepsBySession()).
+  // Runs one step of `group`'s session (held by this stream). Touches only
+  // that session, `out` and `outcome`, and thread-safe metrics, so that the
+  // groups of a message run in parallel. Per-thread scratch: the result.
   absl::Status RunStep(const v1::SessionStep& step, int step_index,
-                       v1::SessionStepResult* out) {
-    auto it = attached_.find(step.session_id());
-    if (it == attached_.end()) {
-      return absl::NotFoundError(
-          absl::StrCat("session_id: no open session ", step.session_id()));
-    }
-    SessionEntry& entry = *it->second;
+                       SessionInMessage* group, v1::SessionStepResult* out,
+                       StepOutcome* outcome) {
+    SessionEntry& entry = *group->entry;
     if (entry.closed()) {
-      // Closed (or reclaimed) since it was attached: let go of its state.
-      registry_->Detach(entry, this);
-      attached_.erase(it);
+      // Closed (or reclaimed) since it was attached: Handle() lets go of its
+      // state once the message's steps are done.
+      group->closed = true;
       return absl::NotFoundError(absl::StrCat(
           "session_id: session ", step.session_id(), " was closed"));
     }
@@ -378,27 +434,27 @@ class DecodeReactor final
       return status;
     }
 
+    thread_local StepResult result;  // This worker's scratch.
     const auto start = std::chrono::steady_clock::now();
-    const absl::Status status = entry.state().Step(input, &result_);
+    const absl::Status status = entry.state().Step(input, &result);
     const auto end = std::chrono::steady_clock::now();
     if (!status.ok()) return status;
     entry.PublishStats();
     if (entry.shadows() != nullptr) {
-      shadow_work_.push_back(
-          {it->second, step_index, result_.evicted, result_.budget});
+      outcome->shadow = ShadowWork{group->entry, step_index, result.evicted,
+                                   result.budget};
     }
-    ++steps_;
     metrics_->StepDone(
         std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
             .count(),
-        static_cast<int64_t>(result_.evicted.size()));
+        static_cast<int64_t>(result.evicted.size()));
 
-    out->mutable_evicted()->Reserve(static_cast<int>(result_.evicted.size()));
-    for (const uint64_t slot : result_.evicted) out->add_evicted(slot);
-    out->set_live(result_.live);
-    out->set_budget(result_.budget);
-    out->set_entropy(result_.entropy);
-    out->set_deferred(result_.deferred);
+    out->mutable_evicted()->Reserve(static_cast<int>(result.evicted.size()));
+    for (const uint64_t slot : result.evicted) out->add_evicted(slot);
+    out->set_live(result.live);
+    out->set_budget(result.budget);
+    out->set_entropy(result.entropy);
+    out->set_deferred(result.deferred);
     out->set_compute_ns(
         std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
             .count());
@@ -409,20 +465,22 @@ class DecodeReactor final
   const ServiceLimits& limits_;
   ServerMetrics* const metrics_;
   std::atomic<int64_t>* const open_streams_;
+  StepPool* const pool_;
   const std::string peer_;
   grpc::ByteBuffer request_bytes_;
   grpc::ByteBuffer response_bytes_;
   v1::DecodeRequest request_;
   v1::DecodeResponse response_;
-  StepResult result_;  // Reused across steps.
   // Steps of the message in `request_` whose shadows have yet to run.
   std::vector<ShadowWork> shadow_work_;
   StepRecall step_recall_;  // Reused.
   int64_t steps_ = 0;
   int64_t messages_ = 0;
   absl::flat_hash_map<std::string, std::shared_ptr<SessionEntry>> attached_;
-  // Keys view `request_`; valid while one message is handled.
-  absl::flat_hash_map<absl::string_view, SessionInMessage> in_message_;
+  // The message's sessions and steps; valid while one message is handled.
+  std::vector<SessionInMessage> groups_;
+  absl::flat_hash_map<absl::string_view, int> group_of_;  // Views request_.
+  std::vector<StepOutcome> outcomes_;  // Per step, in request order.
 };
 
 }  // namespace
@@ -430,8 +488,8 @@ class DecodeReactor final
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewDecodeReactor(
     SessionRegistry* registry, const ServiceLimits& limits,
     ServerMetrics* metrics, std::atomic<int64_t>* open_streams,
-    std::string peer) {
-  return new DecodeReactor(registry, limits, metrics, open_streams,
+    StepPool* pool, std::string peer) {
+  return new DecodeReactor(registry, limits, metrics, open_streams, pool,
                            std::move(peer));
 }
 

@@ -13,16 +13,18 @@
 #include "server/metrics.h"
 #include "server/service.h"
 #include "server/session_registry.h"
+#include "server/step_pool.h"
 
 namespace entrokv::server {
 
 // A reactor for one Decode stream. REQUIRES: `open_streams` was incremented
 // for this stream (the reactor decrements it when the stream ends);
-// `registry`, `limits` and `metrics` outlive every stream.
+// `registry`, `limits`, `metrics` and `pool` (on which a message's steps run,
+// in parallel over its sessions) outlive every stream.
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewDecodeReactor(
     SessionRegistry* registry, const ServiceLimits& limits,
     ServerMetrics* metrics, std::atomic<int64_t>* open_streams,
-    std::string peer);
+    StepPool* pool, std::string peer);
 
 }  // namespace entrokv::server
 

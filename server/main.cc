@@ -49,6 +49,12 @@ ABSL_FLAG(int64_t, max_steps_per_message, 1024,
 ABSL_FLAG(int64_t, max_steps_per_session_per_message, 16,
           "Most steps of one session in one Decode message; past it each of "
           "that session's steps is answered RESOURCE_EXHAUSTED, none run");
+ABSL_FLAG(int32_t, step_workers, 0,
+          "Threads the steps of one DecodeRequest run on, in parallel over "
+          "its sessions (a session's own steps stay in order), shared by "
+          "every stream; 0: the CPUs this process may use (its affinity, "
+          "lowered to the cgroup's CPU quota); 1: each message on its "
+          "stream's thread");
 ABSL_FLAG(int32_t, max_shadows, 4,
           "Shadow policies a session may carry (0: shadowing is off); "
           "docs/choosing-a-policy.md");
@@ -147,6 +153,7 @@ int main(int argc, char** argv) {
              "max_steps_per_session_per_message", "max_echo_bytes",
              "grpc_memory_bytes", "grpc_max_threads", "max_shadows",
              "max_shadow_reference_bytes", "max_shadow_bytes"}},
+           {"Threads", {"step_workers"}},
            {"Lifetimes", {"idle_timeout", "drain_timeout"}},
            {"Backend", {"gpu", "gpu_device"}},
            {"Logging", {"log_level", "log_format"}},
@@ -185,6 +192,7 @@ int main(int argc, char** argv) {
   options.max_steps_per_message = absl::GetFlag(FLAGS_max_steps_per_message);
   options.max_steps_per_session_per_message =
       absl::GetFlag(FLAGS_max_steps_per_session_per_message);
+  options.step_workers = absl::GetFlag(FLAGS_step_workers);
   options.max_shadows = absl::GetFlag(FLAGS_max_shadows);
   options.max_shadow_reference_bytes =
       absl::GetFlag(FLAGS_max_shadow_reference_bytes);

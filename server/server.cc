@@ -115,6 +115,11 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         "max_steps_per_session_per_message: must be >= 1");
   }
+  if (options.step_workers < 0 || options.step_workers > 1024) {
+    return absl::InvalidArgumentError(
+        "step_workers: must be in [0, 1024] (0: the CPUs this process may "
+        "use)");
+  }
   if (options.max_echo_bytes < 0) {
     return absl::InvalidArgumentError("max_echo_bytes: negative");
   }
@@ -369,6 +374,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       options.max_steps_per_session_per_message;
   limits.enable_echo = options.enable_echo;
   limits.max_echo_bytes = options.max_echo_bytes;
+  limits.step_workers = options.step_workers > 0 ? options.step_workers
+                                                 : DefaultStepWorkers();
   server->service_ = std::make_unique<EntroKvService>(
       server->registry_.get(), limits, &server->metrics_);
 
@@ -524,7 +531,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       "max_message_bytes {}, max_streams {}, max_steps_per_message {}, "
       "max_steps_per_session_per_message {}, echo {}, grpc_memory_bytes {}, "
       "grpc_max_threads {}, idle_timeout {}, max_shadows {} "
-      "(max_shadow_reference_bytes {}, max_shadow_bytes {})",
+      "(max_shadow_reference_bytes {}, max_shadow_bytes {}), step_workers {}",
       listening, server->DescribeBackends(), options.max_sessions,
       options.max_live_entries, options.max_bytes, options.max_gpu_bytes,
       options.max_message_bytes, options.max_streams,
@@ -534,7 +541,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
           : std::string("off"),
       GrpcMemoryBytes(options), options.grpc_max_threads,
       absl::FormatDuration(options.idle_timeout), options.max_shadows,
-      options.max_shadow_reference_bytes, options.max_shadow_bytes);
+      options.max_shadow_reference_bytes, options.max_shadow_bytes,
+      server->service_->step_workers());
   return server;
 }
 

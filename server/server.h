@@ -66,6 +66,10 @@ struct ServerOptions {
   int64_t max_steps_per_message = 1024;
   // Steps of one session in one DecodeRequest.
   int64_t max_steps_per_session_per_message = 16;
+  // Threads the steps of one DecodeRequest run on, in parallel over its
+  // sessions, shared by every stream (StepPool); 0: DefaultStepWorkers(),
+  // the CPUs this process may use. 1: every step on its stream's thread.
+  int step_workers = 0;
   // Shadow policies (proto's Shadowing): per session, and the bytes one
   // session's reference and all sessions' shadowing may take.
   int32_t max_shadows = 4;  // 0: shadowing is off.

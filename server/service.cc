@@ -200,7 +200,7 @@ EntroKvService::Decode(grpc::CallbackServerContext* context) {
     return new RefusedStream(status);
   }
   return NewDecodeReactor(registry_, limits_, metrics_, &open_streams_,
-                          context->peer());
+                          pool_.get(), context->peer());
 }
 
 grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*

@@ -31,14 +31,17 @@
 #ifndef ENTROKV_SERVER_SERVICE_H_
 #define ENTROKV_SERVER_SERVICE_H_
 
+#include <algorithm>
 #include <atomic>
 #include <cstdint>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
 #include "grpcpp/support/byte_buffer.h"
 #include "server/metrics.h"
 #include "server/session_registry.h"
+#include "server/step_pool.h"
 
 namespace entrokv::server {
 
@@ -58,6 +61,9 @@ struct ServiceLimits {
   // session's steps in the message is answered RESOURCE_EXHAUSTED and none
   // runs. REQUIRES: > 0.
   int64_t max_steps_per_session_per_message = 16;
+  // Threads a DecodeRequest's steps run on, in parallel over its sessions
+  // (StepPool, shared by every stream). REQUIRES: >= 1.
+  int step_workers = 1;
   bool enable_echo = false;    // Off: Echo ends UNIMPLEMENTED at once.
   int64_t max_echo_bytes = 0;  // Largest Echo reply payload; 0: unbounded.
 };
@@ -78,7 +84,10 @@ class EntroKvService final : public RawEntroKvService {
   // `metrics`.
   EntroKvService(SessionRegistry* registry, const ServiceLimits& limits,
                  ServerMetrics* metrics)
-      : registry_(registry), limits_(limits), metrics_(metrics) {}
+      : registry_(registry),
+        limits_(limits),
+        metrics_(metrics),
+        pool_(std::make_unique<StepPool>(std::max(1, limits.step_workers))) {}
 
   grpc::ServerUnaryReactor* CreateSession(grpc::CallbackServerContext* context,
                                           const grpc::ByteBuffer* request,
@@ -98,6 +107,9 @@ class EntroKvService final : public RawEntroKvService {
   grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* Echo(
       grpc::CallbackServerContext* context) override;
 
+  // Threads a DecodeRequest's steps run on (ServiceLimits::step_workers).
+  int step_workers() const { return pool_->size(); }
+
   // Decode and Echo streams open now.
   int64_t open_streams() const {
     return open_streams_.load(std::memory_order_relaxed);
@@ -112,6 +124,7 @@ class EntroKvService final : public RawEntroKvService {
   const ServiceLimits limits_;
   ServerMetrics* const metrics_;
   std::atomic<int64_t> open_streams_{0};
+  const std::unique_ptr<StepPool> pool_;
 };
 
 }  // namespace entrokv::server
