@@ -5,7 +5,9 @@
 // DecodeRequest, applies it (attach, steps, detach) and writes one
 // DecodeResponse before reading the next, so a stream's callbacks never run
 // concurrently, at most one of its requests is in flight, and the sessions it
-// holds are stepped without a lock. A failed step is answered in its result
+// holds are stepped without a lock: a message's steps run on a shared
+// StepPool in parallel over distinct sessions, each session's steps in order
+// on one thread (docs/design.md "Batches"). A failed step is answered in its result
 // and leaves the stream open. When a stream ends, for any reason, its sessions
 // are detached (they stay attachable until the idle timeout). Echo is a bare
 // ping-pong reactor (the transport baseline), off unless enabled.
