@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "absl/strings/str_cat.h"
+#include "sketch_project.h"
 #include "step_common.h"
 
 namespace entrokv {
@@ -133,12 +134,13 @@ void Sketcher::Keys(absl::Span<const float> in, int64_t n,
   const int64_t r = shape_.sketch_dim;
   const int64_t planes = int64_t{shape_.layers} * shape_.kv_heads;
   out->resize(static_cast<size_t>(n * planes * r));
-  std::vector<double> v(static_cast<size_t>(d));
+  // The per-token cost of an engine: vectorised across the r columns where
+  // the CPU can, bit-identical to Project() (sketch_project.h).
+  const internal::ProjectFn project = internal::BestProject();
   for (int64_t e = 0; e < n; ++e) {
     for (int64_t pl = 0; pl < planes; ++pl) {
-      const float* src = in.data() + (e * planes + pl) * d;
-      for (int64_t j = 0; j < d; ++j) v[j] = src[j];
-      Project(matrices_.data() + pl * d * r, v.data(), d, r,
+      project(matrices_.data() + pl * d * r,
+              in.data() + (e * planes + pl) * d, d, r,
               out->data() + (e * planes + pl) * r);
     }
   }
