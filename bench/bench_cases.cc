@@ -7,6 +7,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <iterator>
 #include <memory>
 #include <random>
 #include <string>
@@ -20,6 +21,7 @@
 #include "entrokv/core/session.h"
 #include "entrokv/core/shadow.h"
 #include "entrokv/core/sketch.h"
+#include "sketch_project.h"
 
 namespace entrokv::bench {
 namespace {
@@ -250,6 +252,38 @@ void BM_SketchKeys(benchmark::State& state) {
   state.counters["tokens_per_iter"] = double(n);
 }
 BENCHMARK(BM_SketchKeys)->Arg(1)->Arg(64)->UseRealTime();
+
+// The same projection by each version this CPU runs (0 scalar, 1 AVX2, 2
+// AVX-512; bit-identical, core/src/sketch_project.h), one token's 32 planes.
+void BM_SketchKeysByIsa(benchmark::State& state) {
+  const internal::ProjectFn versions[] = {
+      &internal::ProjectScalar,
+#if defined(__x86_64__)
+      &internal::ProjectAvx2, &internal::ProjectAvx512,
+#endif
+  };
+  const int64_t isa = state.range(0);
+  if (isa >= int64_t(std::size(versions)) ||
+      (isa == 1 && !__builtin_cpu_supports("avx2")) ||
+      (isa == 2 && !__builtin_cpu_supports("avx512f"))) {
+    state.SkipWithError("not on this CPU");
+    return;
+  }
+  constexpr int64_t kPlanes = 4 * 8, kD = 128, kR = 16;
+  std::mt19937 rng(17);
+  std::normal_distribution<double> normal;
+  std::vector<double> p(kPlanes * kD * kR);
+  std::vector<float> v(kPlanes * kD), out(kPlanes * kR);
+  for (double& x : p) x = normal(rng);
+  for (float& x : v) x = static_cast<float>(normal(rng));
+  for (auto _ : state) {
+    versions[isa](p.data(), v.data(), kPlanes, kD, kR, out.data());
+    benchmark::DoNotOptimize(out.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetItemsProcessed(state.iterations());
+}
+BENCHMARK(BM_SketchKeysByIsa)->Arg(0)->Arg(1)->Arg(2)->UseRealTime();
 
 // And of a decision step's queries: 4 layers x 32 q heads x 128 floats to
 // 4 x 8 group sums x 16.

@@ -138,11 +138,8 @@ void Sketcher::Keys(absl::Span<const float> in, int64_t n,
   // the CPU can, bit-identical to Project() (sketch_project.h).
   const internal::ProjectFn project = internal::BestProject();
   for (int64_t e = 0; e < n; ++e) {
-    for (int64_t pl = 0; pl < planes; ++pl) {
-      project(matrices_.data() + pl * d * r,
-              in.data() + (e * planes + pl) * d, d, r,
-              out->data() + (e * planes + pl) * r);
-    }
+    project(matrices_.data(), in.data() + e * planes * d, planes, d, r,
+            out->data() + e * planes * r);
   }
 }
 

@@ -117,37 +117,47 @@ TEST(SketcherTest, ProjectsKeysAndQueriesLikeANaiveProduct) {
 
 // The vector projections are bit-identical to the scalar one, and the scalar
 // one to a naive double product rounded to float, for column counts that are
-// and are not multiples of the vector width.
+// and are not multiples of the vector width, and plane counts that are and
+// are not multiples of the planes interleaved.
 TEST(SketcherTest, VectorProjectionsAreBitIdenticalToTheScalarOne) {
   std::mt19937 rng(3);
   std::normal_distribution<double> normal;
-  for (int64_t d : {1, 8, 64, 128}) {
-    for (int64_t r : {1, 3, 4, 8, 15, 16, 17, 33, 64, 100}) {
-      std::vector<double> p(static_cast<size_t>(d * r));
-      std::vector<float> v(static_cast<size_t>(d));
-      for (double& x : p) x = normal(rng);
-      for (float& x : v) x = static_cast<float>(normal(rng) * 3.0);
-      std::vector<float> scalar(static_cast<size_t>(r));
-      internal::ProjectScalar(p.data(), v.data(), d, r, scalar.data());
-      for (int64_t c = 0; c < r; ++c) {
-        double naive = 0.0;
-        for (int64_t j = 0; j < d; ++j) {
-          const double term = p[j * r + c] * static_cast<double>(v[j]);
-          naive = naive + term;
+  for (int64_t planes : {1, 3, 4, 9}) {
+    for (int64_t d : {1, 8, 128}) {
+      for (int64_t r : {1, 3, 4, 8, 15, 16, 17, 33, 64, 100}) {
+        std::vector<double> p(static_cast<size_t>(planes * d * r));
+        std::vector<float> v(static_cast<size_t>(planes * d));
+        for (double& x : p) x = normal(rng);
+        for (float& x : v) x = static_cast<float>(normal(rng) * 3.0);
+        std::vector<float> scalar(static_cast<size_t>(planes * r));
+        internal::ProjectScalar(p.data(), v.data(), planes, d, r,
+                                scalar.data());
+        for (int64_t t = 0; t < planes; ++t) {
+          for (int64_t c = 0; c < r; ++c) {
+            double naive = 0.0;
+            for (int64_t j = 0; j < d; ++j) {
+              const double term = p[(t * d + j) * r + c] *
+                                  static_cast<double>(v[t * d + j]);
+              naive = naive + term;
+            }
+            ASSERT_EQ(scalar[t * r + c], static_cast<float>(naive))
+                << planes << " " << d << " " << r;
+          }
         }
-        ASSERT_EQ(scalar[c], static_cast<float>(naive)) << d << " " << r;
-      }
 #if defined(__x86_64__)
-      std::vector<float> got(static_cast<size_t>(r));
-      if (__builtin_cpu_supports("avx2")) {
-        internal::ProjectAvx2(p.data(), v.data(), d, r, got.data());
-        ASSERT_EQ(got, scalar) << "avx2 " << d << " " << r;
-      }
-      if (__builtin_cpu_supports("avx512f")) {
-        internal::ProjectAvx512(p.data(), v.data(), d, r, got.data());
-        ASSERT_EQ(got, scalar) << "avx512 " << d << " " << r;
-      }
+        std::vector<float> got(static_cast<size_t>(planes * r));
+        if (__builtin_cpu_supports("avx2")) {
+          internal::ProjectAvx2(p.data(), v.data(), planes, d, r, got.data());
+          ASSERT_EQ(got, scalar) << "avx2 " << planes << " " << d << " " << r;
+        }
+        if (__builtin_cpu_supports("avx512f")) {
+          internal::ProjectAvx512(p.data(), v.data(), planes, d, r,
+                                  got.data());
+          ASSERT_EQ(got, scalar)
+              << "avx512 " << planes << " " << d << " " << r;
+        }
 #endif
+      }
     }
   }
   EXPECT_NE(std::string(internal::BestProjectName()), "");
