@@ -89,8 +89,8 @@ ABSL_FLAG(std::string, sketch, "exact",
           "head_dim 8).");
 ABSL_FLAG(std::string, query_form, "per_head",
           "Variant: per_head, or group_sum (one summed query per kv head). "
-          "Policies whose ranking needs each q head's attention (tova, h2o) "
-          "are skipped with a note under group_sum.");
+          "Policies whose ranking needs each q head's query (tova, h2o, "
+          "birth, rkv, expected) are skipped with a note under group_sum.");
 ABSL_FLAG(
     std::string, scored_layers, "all",
     "Variant: the model layers sent to entrokv: 'all', 'default' "
@@ -147,7 +147,8 @@ ProgramInfo EvalProgramInfo() {
            {"sweep", "budgets", "pipelined_budgets", "fidelity"}},
           {"Policies and scoring variant",
            {"policies", "sketch", "query_form", "scored_layers", "decide_every",
-            "block_size", "block_summary", "cadence_scaled_rates"}},
+            "block_size", "block_summary", "cadence_scaled_rates",
+            "threshold_share"}},
           {"Output", {"out", "plot", "threads", "progress", "log_level"}},
       }};
 }

@@ -73,7 +73,9 @@ TEST(SimulationTest, CompareMatchesMeanLiveWithinOnePercent) {
   RunOptions o = SmallRun();
   absl::StatusOr<std::vector<ComparisonRow>> rows = Compare(o, 100.0);
   ASSERT_TRUE(rows.ok()) << rows.status();
-  EXPECT_EQ(rows->size(), 10u * 2u + 2u);  // + the other affinity rule.
+  // 11 rankings x fixed, entropy (threshold is left out) + the other
+  // affinity rule at both.
+  EXPECT_EQ(rows->size(), 11u * 2u + 2u);
   for (const ComparisonRow& row : *rows) {
     EXPECT_NEAR(row.mean_live, 100.0, 1.0) << row.policy;
     EXPECT_TRUE(row.matched) << row.policy;
