@@ -184,6 +184,12 @@ std::string FormatText(const RunDescription& run,
                           "\nserver compute per step: p50 %.1f us, p99 %.1f "
                           "us, max %.1f us\n",
                           p.p50_us, p.p99_us, p.max_us);
+    // How many cores the server keeps busy with compute: steps/s x compute
+    // p50 (docs/performance.md).
+    absl::StrAppendFormat(&out,
+                          "cores busy with compute: %.2f (steps/s x compute "
+                          "p50)\n",
+                          summaries["entrokv"].steps_per_s * p.p50_us * 1e-6);
   }
   if (run.client != "sync" && modes.contains("entrokv")) {
     absl::StrAppendFormat(
