@@ -322,6 +322,11 @@ class DecodeReactor final
         ToProtoStatus(named, result->mutable_status());
       }
     }
+    // Hold no session past its message: one detached or closed here must be
+    // freed when the stream lets go of it, not at its next message.
+    groups_.clear();
+    group_of_.clear();
+    outcomes_.clear();
     return absl::OkStatus();
   }
 

@@ -119,5 +119,38 @@ TEST_F(ParallelBatchTest, FourWorkersAnswerAsCoreInRequestOrder) {
 
 TEST_F(ParallelBatchTest, OneWorkerAnswersTheSame) { RunBatches(1); }
 
+// A session stepped and detached in one message, then closed, gives its bytes
+// back at once: the stream, idle after that message, holds nothing of it.
+TEST_F(ParallelBatchTest, ADetachedSessionIsFreedWithoutAnotherMessage) {
+  ServerOptions options = TestServerOptions();
+  options.step_workers = 2;
+  const SessionConfig config = WindowConfig(/*budget=*/64);
+  // 16 entries of 2 layers x 2 kv heads x 16 f16 + 40 bytes of state: room
+  // for one session's 16 entries, not for two.
+  options.max_bytes = 24 * (2 * 2 * 16 * 2 + 40);
+  StartServer(options);
+  ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse a,
+                       CreateSession(stub_.get(), ToWireConfig(config)));
+  DecodeStream stream(stub_.get());
+  ASSERT_OK(stream.Attach(a.session_id()));
+  WireStepSource source_a(config.shape, 1, a.session_id(), /*prefill=*/16);
+  v1::DecodeRequest request;
+  *request.add_steps() = source_a.Next();
+  request.add_detach(a.session_id());
+  ASSERT_OK_AND_ASSIGN(v1::DecodeResponse response, stream.RoundTrip(request));
+  ASSERT_EQ(response.results(0).status().code(), 0);
+  ASSERT_OK(CloseSession(stub_.get(), a.session_id()).status());
+
+  ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse b,
+                       CreateSession(stub_.get(), ToWireConfig(config)));
+  DecodeStream other(stub_.get());
+  ASSERT_OK(other.Attach(b.session_id()));
+  WireStepSource source_b(config.shape, 2, b.session_id(), /*prefill=*/16);
+  ASSERT_OK_AND_ASSIGN(v1::SessionStepResult got,
+                       other.Step(source_b.Next()));
+  EXPECT_EQ(got.status().code(), 0) << got.status().message();
+  EXPECT_EQ(got.live(), 16);
+}
+
 }  // namespace
 }  // namespace entrokv::server::testing
