@@ -130,8 +130,11 @@ class DecodeReactor final
 
   // What a message's steps of one session share: one task of the pool.
   struct SessionInMessage {
-    std::string id;
-    std::vector<int> steps;  // Indices into request_.steps(), in order.
+    absl::string_view id;  // Views request_.
+    // Its steps: step_order_[first, first + count), indices into
+    // request_.steps() in request order.
+    int first = 0;
+    int count = 0;
     absl::Status refused;    // Not OK: why none of its steps may run.
     std::shared_ptr<SessionEntry> entry;  // Held by this stream, when OK.
     bool closed = false;  // Found closed: let go once the message is done.
@@ -337,7 +340,12 @@ class DecodeReactor final
   void SortStepsBySession() {
     groups_.clear();
     group_of_.clear();
-    for (int i = 0; i < request_.steps_size(); ++i) {
+    // Count each session's steps, then lay their indices out session by
+    // session in step_order_ (reused: nothing is allocated per message once
+    // the buffers have grown).
+    const int steps = request_.steps_size();
+    step_group_.resize(static_cast<size_t>(steps));
+    for (int i = 0; i < steps; ++i) {
       const std::string& id = request_.steps(i).session_id();
       auto [it, inserted] =
           group_of_.try_emplace(id, static_cast<int>(groups_.size()));
@@ -345,11 +353,23 @@ class DecodeReactor final
         groups_.emplace_back();
         groups_.back().id = id;
       }
-      groups_[it->second].steps.push_back(i);
+      ++groups_[it->second].count;
+      step_group_[i] = it->second;
+    }
+    int next = 0;
+    for (SessionInMessage& session : groups_) {
+      session.first = next;
+      next += session.count;
+      session.count = 0;
+    }
+    step_order_.resize(static_cast<size_t>(steps));
+    for (int i = 0; i < steps; ++i) {
+      SessionInMessage& session = groups_[step_group_[i]];
+      step_order_[session.first + session.count++] = i;
     }
     const int64_t max = limits_.max_steps_per_session_per_message;
     for (SessionInMessage& session : groups_) {
-      const int64_t count = static_cast<int64_t>(session.steps.size());
+      const int64_t count = session.count;
       auto held = attached_.find(session.id);
       if (count > max) {
         session.refused = absl::ResourceExhaustedError(absl::StrCat(
@@ -366,7 +386,8 @@ class DecodeReactor final
 
   // One task of the pool: the steps of one session, in order.
   void RunGroup(SessionInMessage* group) {
-    for (int i : group->steps) {
+    for (int k = 0; k < group->count; ++k) {
+      const int i = step_order_[group->first + k];
       StepOutcome& outcome = outcomes_[i];
       if (!group->refused.ok()) {
         outcome.status = group->refused;
@@ -485,6 +506,8 @@ class DecodeReactor final
   // The message's sessions and steps; valid while one message is handled.
   std::vector<SessionInMessage> groups_;
   absl::flat_hash_map<absl::string_view, int> group_of_;  // Views request_.
+  std::vector<int> step_group_;  // Per step: its index in groups_.
+  std::vector<int> step_order_;  // Step indices, grouped by session.
   std::vector<StepOutcome> outcomes_;  // Per step, in request order.
 };
 
