@@ -256,7 +256,7 @@ class DecodeReactor final
   // Not OK: the stream must end with this status.
   absl::Status Handle() {
     if (absl::Status status = CheckCounts(); !status.ok()) return status;
-    if (absl::Status status = ParseMessage(&request_bytes_, &request_);
+    if (absl::Status status = ParseReusing(&request_bytes_, &request_);
         !status.ok()) {
       return status;
     }

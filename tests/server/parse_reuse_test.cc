@@ -1,0 +1,189 @@
+// ParseReusing (server/raw_messages.h): the Decode stream's request parse
+// reads every message as a fresh parse would, and allocates nothing once a
+// stream's messages keep their shape. A binary of its own, because it counts
+// the process's calls to operator new.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <cstdlib>
+#include <new>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "entrokv/v1/entrokv.pb.h"
+#include "google/protobuf/util/message_differencer.h"
+#include "grpcpp/grpcpp.h"
+#include "gtest/gtest.h"
+#include "server/raw_messages.h"
+
+// The replacements below pair operator new with free(), which GCC cannot
+// tell from a mismatch at the sites it inlines.
+#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
+
+namespace {
+
+std::atomic<bool> g_counting{false};
+std::atomic<int64_t> g_allocations{0};
+
+}  // namespace
+
+void* operator new(std::size_t size) {
+  if (g_counting.load(std::memory_order_relaxed)) {
+    g_allocations.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
+  throw std::bad_alloc();
+}
+void operator delete(void* p) noexcept { std::free(p); }
+void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+
+namespace entrokv::server {
+namespace {
+
+using ::google::protobuf::util::MessageDifferencer;
+
+// The bytes as gRPC hands them over: slices of at most 8 KiB, so that the
+// long fields cross slice boundaries.
+grpc::ByteBuffer ToBytes(const std::string& serialized) {
+  constexpr size_t kSlice = 8192;
+  std::vector<grpc::Slice> slices;
+  for (size_t at = 0; at < serialized.size(); at += kSlice) {
+    slices.emplace_back(serialized.data() + at,
+                        std::min(kSlice, serialized.size() - at));
+  }
+  return grpc::ByteBuffer(slices.data(), slices.size());
+}
+
+// A batch message: `steps` sessions, each appending `entries` entries of
+// `key_bytes` bytes with `query_bytes` of queries; `seed` varies the values.
+v1::DecodeRequest Batch(int steps, int entries, int key_bytes,
+                        int query_bytes, int seed) {
+  v1::DecodeRequest request;
+  for (int i = 0; i < steps; ++i) {
+    v1::SessionStep* step = request.add_steps();
+    step->set_session_id("session-" + std::to_string(i));
+    step->set_step(static_cast<uint64_t>(seed * 1000 + i));
+    for (int e = 0; e < entries; ++e) {
+      step->mutable_append()->add_slot_ids(
+          static_cast<uint64_t>(seed * 100 + e));
+      step->mutable_append()->add_pinned((seed + e) % 3 == 0);
+    }
+    step->mutable_append()->set_keys(
+        std::string(static_cast<size_t>(entries * key_bytes),
+                    static_cast<char>('a' + (seed + i) % 26)));
+    step->set_queries(std::string(static_cast<size_t>(query_bytes),
+                                  static_cast<char>('A' + (seed + i) % 26)));
+    step->set_entropy(0.25 * seed + i);
+  }
+  return request;
+}
+
+// `message` with each empty Append dropped: ParseReusing may leave one where
+// the wire had none, which the wire reads the same.
+v1::DecodeRequest WithoutEmptyAppends(v1::DecodeRequest message) {
+  for (v1::SessionStep& step : *message.mutable_steps()) {
+    if (step.has_append() && step.append().ByteSizeLong() == 0) {
+      step.clear_append();
+    }
+  }
+  return message;
+}
+
+TEST(ParseReuseTest, EachMessageReadsAsAFreshParse) {
+  std::vector<v1::DecodeRequest> messages;
+  messages.push_back(Batch(8, 1, 64, 128, 1));
+  messages.push_back(Batch(3, 4, 64, 128, 2));   // Fewer steps, more entries.
+  messages.push_back(Batch(12, 0, 64, 0, 3));    // No append, no queries.
+  v1::DecodeRequest mixed = Batch(5, 2, 32, 16, 4);
+  mixed.add_attach("a");
+  mixed.add_detach("d");
+  mixed.mutable_steps(1)->mutable_logits()->add_values(1.5f);
+  mixed.mutable_steps(2)->clear_append();
+  mixed.mutable_steps(3)->clear_entropy_source();
+  messages.push_back(mixed);
+  messages.push_back(v1::DecodeRequest());      // The empty message.
+  messages.push_back(Batch(8, 1, 64, 128, 5));
+
+  v1::DecodeRequest reused;
+  for (size_t m = 0; m < messages.size(); ++m) {
+    SCOPED_TRACE(m);
+    grpc::ByteBuffer bytes = ToBytes(messages[m].SerializeAsString());
+    ASSERT_TRUE(ParseReusing(&bytes, &reused).ok());
+    EXPECT_TRUE(MessageDifferencer::Equals(WithoutEmptyAppends(reused),
+                                           WithoutEmptyAppends(messages[m])))
+        << reused.ShortDebugString();
+  }
+}
+
+TEST(ParseReuseTest, AWarmStreamParsesWithoutAllocating) {
+  // A batch of 64 decode steps at the 8B shape with sketches (32 layers,
+  // 8 kv heads, 32 q heads, r 16, f16): 8 KiB of keys and 32 KiB of queries
+  // per step.
+  constexpr int kSteps = 64;
+  const std::string first =
+      Batch(kSteps, 1, 8192, 32768, 1).SerializeAsString();
+  const std::string second =
+      Batch(kSteps, 1, 8192, 32768, 2).SerializeAsString();
+  grpc::ByteBuffer bytes1 = ToBytes(first);
+  grpc::ByteBuffer bytes2 = ToBytes(second);
+
+  v1::DecodeRequest reused;
+  ASSERT_TRUE(ParseReusing(&bytes1, &reused).ok());
+  ASSERT_TRUE(ParseReusing(&bytes2, &reused).ok());
+  g_allocations = 0;
+  g_counting = true;
+  const absl::Status status = ParseReusing(&bytes1, &reused);
+  g_counting = false;
+  ASSERT_TRUE(status.ok());
+  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(reused.SerializeAsString(), first);
+
+  // Protobuf's own parse into a reused message (ParseMessage) allocates
+  // each step's Append and its fields again: the cost this removes.
+  v1::DecodeRequest plain;
+  ASSERT_TRUE(ParseMessage(&bytes2, &plain).ok());
+  g_allocations = 0;
+  g_counting = true;
+  const absl::Status plain_status = ParseMessage(&bytes1, &plain);
+  g_counting = false;
+  ASSERT_TRUE(plain_status.ok());
+  EXPECT_GE(g_allocations.load(), 3 * kSteps);
+}
+
+TEST(ParseReuseTest, ABigMessageIsNotHeldForSmallOnes) {
+  v1::DecodeRequest reused;
+  grpc::ByteBuffer big = ToBytes(Batch(1, 4096, 1024, 0, 1).SerializeAsString());
+  ASSERT_TRUE(ParseReusing(&big, &reused).ok());
+  ASSERT_GE(reused.steps(0).append().keys().capacity(), size_t{4} << 20);
+  grpc::ByteBuffer small = ToBytes(Batch(1, 1, 1024, 0, 2).SerializeAsString());
+  ASSERT_TRUE(ParseReusing(&small, &reused).ok());
+  EXPECT_EQ(reused.steps(0).append().keys().size(), 1024u);
+  EXPECT_LT(reused.steps(0).append().keys().capacity(), size_t{64} << 10);
+}
+
+TEST(ParseReuseTest, AMalformedMessageIsRefusedAndTheNextReadsWhole) {
+  v1::DecodeRequest reused;
+  grpc::ByteBuffer good = ToBytes(Batch(4, 2, 64, 64, 1).SerializeAsString());
+  ASSERT_TRUE(ParseReusing(&good, &reused).ok());
+  std::string truncated = Batch(4, 2, 64, 64, 2).SerializeAsString();
+  truncated.resize(truncated.size() - 3);  // Inside the last step's entropy.
+  grpc::ByteBuffer bad = ToBytes(truncated);
+  const absl::Status status = ParseReusing(&bad, &reused);
+  EXPECT_EQ(status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_NE(status.message().find("DecodeRequest"), std::string::npos);
+  const v1::DecodeRequest expected = Batch(2, 1, 64, 64, 3);
+  grpc::ByteBuffer next = ToBytes(expected.SerializeAsString());
+  ASSERT_TRUE(ParseReusing(&next, &reused).ok());
+  EXPECT_TRUE(MessageDifferencer::Equals(WithoutEmptyAppends(reused), expected));
+}
+
+// ParseReusing clears DecodeRequest's fields one by one: a new field must be
+// added there (server/raw_messages.cc) before this count is raised.
+TEST(ParseReuseTest, DecodeRequestHasTheFieldsParseReusingClears) {
+  EXPECT_EQ(v1::DecodeRequest::descriptor()->field_count(), 3);
+}
+
+}  // namespace
+}  // namespace entrokv::server
