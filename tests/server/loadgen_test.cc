@@ -330,6 +330,79 @@ TEST_F(LoadgenTest, RunsRoundsUntilTheDurationHasPassed) {
   EXPECT_THAT(bad.output, HasSubstr("--duration"));
 }
 
+// The number after "\"key\": " in `json` (its first occurrence); NaN when
+// absent or null.
+double JsonDouble(const std::string& json, const std::string& key) {
+  const std::string prefix = absl::StrCat("\"", key, "\": ");
+  const size_t at = json.find(prefix);
+  if (at == std::string::npos ||
+      json.compare(at + prefix.size(), 4, "null") == 0) {
+    return std::nan("");
+  }
+  return std::strtod(json.c_str() + at + prefix.size(), nullptr);
+}
+
+// On a unix: target the report gives the server process's CPU and context
+// switches per step (its pid from the socket's peer: here this test's own
+// process, which serves in process); --server_pid=-1 and a TCP target
+// without --server_pid give none.
+TEST_F(LoadgenTest, ReportsTheServerProcessPerStepOnAUnixTarget) {
+  const std::string socket =
+      absl::StrCat("/tmp/entrokv-test-", getpid(), "-process.sock");
+  ServerOptions options = TestServerOptions();
+  options.listen = {absl::StrCat("unix:", socket)};
+  StartServer(options);
+  ASSERT_FALSE(HasFatalFailure());
+  std::vector<std::string> args = SmallWorkload(server_->targets()[0]);
+  args.push_back("--mode=entrokv");
+  args.push_back("--steps_per_round=400");
+  args.push_back("--json");
+  const LoadgenRun run = RunLoadgen(args);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  // Each step is a round trip from another process: the thread that reads
+  // it has waited for it, one switch at least.
+  EXPECT_GE(JsonDouble(run.output, "context_switches_per_step"), 0.5)
+      << run.output;
+  // 400 steps take at least a few 10 ms clock ticks of server CPU.
+  EXPECT_GT(JsonDouble(run.output, "server_cpu_us_per_step"), 0.0)
+      << run.output;
+
+  args.push_back("--server_pid=-1");
+  const LoadgenRun off = RunLoadgen(args);
+  ASSERT_EQ(off.exit_code, 0) << off.output;
+  EXPECT_THAT(off.output, HasSubstr("\"server_cpu_us_per_step\": null"));
+  EXPECT_THAT(off.output, Not(HasSubstr("server process (pid")));
+  server_->Shutdown(absl::Milliseconds(100));
+  server_.reset();
+
+  StartServer();  // 127.0.0.1: no peer pid to find.
+  const LoadgenRun tcp = RunLoadgen(SmallWorkload(server_->targets()[0]));
+  ASSERT_EQ(tcp.exit_code, 0) << tcp.output;
+  EXPECT_THAT(tcp.output, Not(HasSubstr("server process (pid")));
+  EXPECT_THAT(tcp.output, HasSubstr("its pid is unknown"));
+}
+
+// --shape=8b fills the 8B preset into the shape, sketch and cadence flags
+// the command line does not give: here all but --decide_every.
+TEST_F(LoadgenTest, TheEightBPresetYieldsToExplicitFlags) {
+  StartServer();
+  const LoadgenRun run = RunLoadgen(
+      {absl::StrCat("--target=", server_->targets()[0]), "--shape=8b",
+       "--decide_every=1", "--client=library", "--sessions=1", "--prefill=0",
+       "--rounds=1", "--steps_per_round=5", "--budget=4", "--policy=window",
+       "--mode=entrokv", "--progress=false"});
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_THAT(run.output,
+              HasSubstr("layers=4 kv_heads=8 q_heads=32 head_dim=128 f16 "
+                        "sketch=project:16 query_form=group_sum  policy="));
+  EXPECT_THAT(run.output, HasSubstr("OK=5"));
+
+  const LoadgenRun bad = RunLoadgen(
+      {absl::StrCat("--target=", server_->targets()[0]), "--shape=70b"});
+  EXPECT_EQ(bad.exit_code, 2) << bad.output;
+  EXPECT_THAT(bad.output, HasSubstr("--shape: default or 8b"));
+}
+
 // Echo is off unless the server runs with --enable_echo: the load generator
 // says so and still reports the entrokv mode.
 TEST_F(LoadgenTest, SaysWhenTheServerHasEchoDisabled) {
@@ -356,14 +429,6 @@ std::vector<std::string> PolicyRows(const std::string& json) {
     rows.push_back(json.substr(at, json.find('}', at) - at + 1));
   }
   return rows;
-}
-
-// The number after "\"key\": " in `object`; NaN when absent.
-double JsonDouble(const std::string& object, const std::string& key) {
-  const std::string prefix = absl::StrCat("\"", key, "\": ");
-  const size_t at = object.find(prefix);
-  if (at == std::string::npos) return std::nan("");
-  return std::strtod(object.c_str() + at + prefix.size(), nullptr);
 }
 
 // The session's window and two shadow windows keep nested live sets (the

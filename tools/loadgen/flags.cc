@@ -6,6 +6,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/flags/commandlineflag.h"
+#include "absl/flags/internal/parse.h"
 #include "absl/flags/flag.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
@@ -13,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/flags.h"
+#include "entrokv/core/config.h"
 #include "entrokv/core/element_type.h"
 
 ABSL_FLAG(std::string, target, "unix:/run/entrokv/entrokv.sock",
@@ -40,6 +43,11 @@ ABSL_FLAG(int32_t, steps_per_round, 200,
           "Decode steps per session, mode and round");
 ABSL_FLAG(double, rate, 0.0,
           "Open loop: steps/s over all sessions; 0: closed loop");
+ABSL_FLAG(std::string, shape, "default",
+          "default, or 8b: the Llama-3-8B preset (the 4 layers sent of 32, "
+          "8 kv heads, 32 q heads, head_dim 128, f16, --sketch=project:16, "
+          "--query_form=group_sum, --decide_every=16), for each of those "
+          "flags not given on the command line");
 ABSL_FLAG(int32_t, layers, 4, "Layers sent per step");
 ABSL_FLAG(int32_t, kv_heads, 2, "KV heads");
 ABSL_FLAG(int32_t, q_heads, 8, "Query heads");
@@ -78,6 +86,10 @@ ABSL_FLAG(int32_t, shadow_score_every, 1,
 ABSL_FLAG(int64_t, shadow_reference_entries, 0,
           "With --shadows: keys the server keeps to score against (0: as "
           "many as its --max_shadow_reference_bytes holds)");
+ABSL_FLAG(int32_t, server_pid, 0,
+          "The server's pid, whose CPU time and context switches (from "
+          "/proc, on this host) the report gives per step for each mode; 0: "
+          "the process that listens on a unix: --target; -1: none");
 ABSL_FLAG(bool, json, false, "Print the report as JSON");
 ABSL_FLAG(bool, progress, true, "Progress bar on stderr");
 ABSL_FLAG(absl::Duration, sync_timeout, absl::Seconds(10),
@@ -118,28 +130,53 @@ absl::StatusOr<std::string> ReadFlagFile(const char* flag,
   return content.str();
 }
 
+// `flag`'s value; with a preset, `preset` unless the command line gave it.
+template <typename T>
+T FlagOrPreset(const absl::Flag<T>& flag, bool use_preset, T preset) {
+  if (use_preset && !absl::flags_internal::WasPresentOnCommandLine(
+                        absl::GetFlagReflectionHandle(flag).Name())) {
+    return preset;
+  }
+  return absl::GetFlag(flag);
+}
+
+// The model layers of --shape=8b, of which the default scored layers are sent.
+constexpr int32_t k8bModelLayers = 32;
+
 // The session's shape, policy and cadence flags as a checked SessionConfig.
 absl::StatusOr<SessionConfig> SessionConfigFromFlags() {
+  const std::string preset = absl::GetFlag(FLAGS_shape);
+  if (preset != "default" && preset != "8b") {
+    return absl::InvalidArgumentError("--shape: default or 8b");
+  }
+  const bool b8 = preset == "8b";
+  const std::vector<int32_t> scored = DefaultScoredLayers(k8bModelLayers);
   SessionConfig config;
-  config.shape.layers = absl::GetFlag(FLAGS_layers);
-  config.shape.kv_heads = absl::GetFlag(FLAGS_kv_heads);
-  config.shape.q_heads = absl::GetFlag(FLAGS_q_heads);
-  config.shape.head_dim = absl::GetFlag(FLAGS_head_dim);
-  if (!ParseElementType(absl::GetFlag(FLAGS_dtype),
+  config.shape.layers = FlagOrPreset(FLAGS_layers, b8,
+                                     static_cast<int32_t>(scored.size()));
+  if (b8 && config.shape.layers == static_cast<int32_t>(scored.size())) {
+    config.scored_layers = scored;
+  }
+  config.shape.kv_heads = FlagOrPreset(FLAGS_kv_heads, b8, 8);
+  config.shape.q_heads = FlagOrPreset(FLAGS_q_heads, b8, 32);
+  config.shape.head_dim = FlagOrPreset(FLAGS_head_dim, b8, 128);
+  if (!ParseElementType(FlagOrPreset(FLAGS_dtype, b8, std::string("f16")),
                         &config.shape.element_type)) {
     return absl::InvalidArgumentError("--dtype: unknown element type");
   }
   config.budget = absl::GetFlag(FLAGS_budget);
   config.block_size = absl::GetFlag(FLAGS_block_size);
   config.block_summary = absl::GetFlag(FLAGS_block_summary);
-  config.decide_every = absl::GetFlag(FLAGS_decide_every);
-  if (absl::Status sketch =
-          ApplySketchName(absl::GetFlag(FLAGS_sketch), &config.shape);
+  config.decide_every = FlagOrPreset(FLAGS_decide_every, b8, 16);
+  if (absl::Status sketch = ApplySketchName(
+          FlagOrPreset(FLAGS_sketch, b8, std::string("project:16")),
+          &config.shape);
       !sketch.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--", sketch.ToString()));
   }
-  if (!ParseQueryForm(absl::GetFlag(FLAGS_query_form),
-                      &config.shape.query_form)) {
+  if (!ParseQueryForm(
+          FlagOrPreset(FLAGS_query_form, b8, std::string("group_sum")),
+          &config.shape.query_form)) {
     return absl::InvalidArgumentError("--query_form: per_head or group_sum");
   }
   if (!ParsePlacement(absl::GetFlag(FLAGS_placement), &config.placement)) {
@@ -276,13 +313,15 @@ void ParseCommandLine(int argc, char** argv) {
             {"mode", "client", "sessions", "batch", "rounds", "steps_per_round",
              "duration", "rate", "prefill", "prefill_chunk", "pool", "seed"}},
            {"Session shape and policy",
-            {"layers", "kv_heads", "q_heads", "head_dim", "dtype", "policy",
+            {"shape", "layers", "kv_heads", "q_heads", "head_dim", "dtype",
+             "policy",
              "budget", "block_size", "block_summary", "placement", "sketch",
              "query_form", "decide_every"}},
            {"Shadow policies",
             {"shadows", "shadow_score_every", "shadow_reference_entries"}},
            {"Deadlines", {"step_deadline", "create_deadline", "sync_timeout"}},
-           {"Output", {"json", "progress", "fail_on_error", "log_level"}},
+           {"Output",
+            {"json", "progress", "fail_on_error", "server_pid", "log_level"}},
        }});
 }
 
@@ -301,6 +340,7 @@ absl::StatusOr<Options> OptionsFromFlags() {
   options.json = absl::GetFlag(FLAGS_json);
   options.progress = absl::GetFlag(FLAGS_progress);
   options.fail_on_error = absl::GetFlag(FLAGS_fail_on_error);
+  options.server_pid = std::max(-1, absl::GetFlag(FLAGS_server_pid));
   if (absl::Status connection = ApplyConnectionFlags(&options);
       !connection.ok()) {
     return connection;

@@ -46,6 +46,9 @@ struct Options {
   bool json = false;
   bool progress = false;
   bool fail_on_error = false;
+  // The server's pid for its process counters: 0 finds it from a unix:
+  // target, -1 reads none.
+  int server_pid = 0;
 
   bool UsesLibrary() const { return client != "sync"; }
   // Open loop: the steps/s of one thread, which steps a session or a batch

@@ -6,11 +6,13 @@
 #include <cstdint>
 #include <cstdio>
 #include <limits>
+#include <optional>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/time/clock.h"
+#include "server_process.h"
 
 namespace entrokv::loadgen {
 namespace {
@@ -128,6 +130,7 @@ class LockStep {
           shared_->modes[log_.modes.size() % modes_per_round_]);
       phase_.fetch_add(1);
     }
+    SampleServer();
     const size_t done = log_.modes.size();
     const absl::Duration duration = shared_->options.duration;
     if (done >= planned_phases_ ||
@@ -136,6 +139,23 @@ class LockStep {
       last_phase_done_.store(true);
     }
     phase_start_ = now;
+  }
+
+  // Reads the server's counters at a phase's end and credits what they grew
+  // by since the last end (the setup's included) to the mode that just ran.
+  void SampleServer() {
+    if (!shared_->server_pid.has_value()) return;
+    const std::optional<ProcessSample> now =
+        SampleProcess(*shared_->server_pid);
+    if (now && last_sample_ && !log_.modes.empty()) {
+      ModeStats stats;
+      stats.server_sampled = true;
+      stats.server_cpu_seconds = now->cpu_seconds - last_sample_->cpu_seconds;
+      stats.server_context_switches =
+          now->context_switches - last_sample_->context_switches;
+      shared_->Merge(log_.modes.back(), stats);
+    }
+    last_sample_ = now;
   }
 
   // The steps of sessions that never started are not sent: counted under
@@ -158,6 +178,7 @@ class LockStep {
   std::atomic<int> phase_{0};
   absl::Time phase_start_ = absl::Now();
   bool setup_done_ = false;
+  std::optional<ProcessSample> last_sample_;  // At the last phase's end.
   std::barrier<Completion> barrier_;
 };
 

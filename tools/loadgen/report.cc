@@ -16,6 +16,8 @@ struct Summary {
   Percentiles latency;
   Percentiles server;
   double sent_per_s = 0, received_per_s = 0, evicted_per_step = 0;
+  // The server process per step answered (server_sampled), else negative.
+  double server_cpu_us = -1, context_switches = -1;
 };
 
 // `batch`: steps per latency sample (message).
@@ -31,6 +33,11 @@ Summary Summarize(ModeStats& stats, int batch) {
   s.server = ComputePercentiles(&stats.server_ns);
   if (s.count > 0) {
     s.evicted_per_step = double(stats.evicted) / (double(s.count) * batch);
+    if (stats.server_sampled) {
+      const double steps = double(s.count) * batch;
+      s.server_cpu_us = stats.server_cpu_seconds * 1e6 / steps;
+      s.context_switches = double(stats.server_context_switches) / steps;
+    }
   }
   return s;
 }
@@ -55,6 +62,11 @@ std::string CodesText(const std::map<std::string, int64_t>& counts) {
     parts.push_back(absl::StrCat(code, "=", n));
   }
   return absl::StrJoin(parts, " ");
+}
+
+// `value` in `format`, or null when negative (not measured).
+std::string JsonOrNull(double value, const absl::FormatSpec<double>& format) {
+  return value < 0 ? std::string("null") : absl::StrFormat(format, value);
 }
 
 // {"CODE": n, ...}
@@ -89,6 +101,9 @@ void ModeStats::Merge(const ModeStats& other) {
   for (const auto& [code, n] : other.fallback_causes) {
     fallback_causes[code] += n;
   }
+  server_sampled = server_sampled || other.server_sampled;
+  server_cpu_seconds += other.server_cpu_seconds;
+  server_context_switches += other.server_context_switches;
 }
 
 int64_t ModeStats::FailedSteps() const {
@@ -191,6 +206,24 @@ std::string FormatText(const RunDescription& run,
                           "p50)\n",
                           summaries["entrokv"].steps_per_s * p.p50_us * 1e-6);
   }
+  bool sampled = false;
+  for (const auto& [name, s] : summaries) sampled |= s.server_cpu_us >= 0;
+  if (sampled) {
+    absl::StrAppendFormat(&out,
+                          "\nserver process (pid %d), per step answered: CPU "
+                          "time of all its threads, context switches\n",
+                          run.server_pid);
+    for (const auto& [name, s] : summaries) {
+      if (s.server_cpu_us < 0) continue;
+      absl::StrAppendFormat(&out, "  %-8s %8.1f us CPU %8.2f switches", name,
+                            s.server_cpu_us, s.context_switches);
+      if (name == "entrokv" && s.server.mean_us > 0) {
+        absl::StrAppendFormat(&out, "  (%.1f us outside compute, its mean)",
+                              s.server_cpu_us - s.server.mean_us);
+      }
+      absl::StrAppend(&out, "\n");
+    }
+  }
   if (run.client != "sync" && modes.contains("entrokv")) {
     absl::StrAppendFormat(
         &out,
@@ -250,12 +283,15 @@ std::string FormatJson(const RunDescription& run,
         "\"%s\": {\"count\": %d, \"steps_per_s\": %.1f, \"latency_us\": %s, "
         "\"server_compute_us\": %s, \"bytes_sent_per_s\": %.0f, "
         "\"bytes_received_per_s\": %.0f, \"evictions_per_step\": %.4f, "
+        "\"server_cpu_us_per_step\": %s, "
+        "\"context_switches_per_step\": %s, "
         "\"fallbacks\": %d, \"status\": %s, \"failed\": %d, "
         "\"failures\": %s, \"not_sent\": %s, \"fallback_causes\": %s, "
         "\"wall_s\": %.3f}",
         name, s.count, s.steps_per_s, JsonPercentiles(s.latency),
         JsonPercentiles(s.server), s.sent_per_s, s.received_per_s,
-        s.evicted_per_step, stats.fallbacks, CodesJson(stats.codes),
+        s.evicted_per_step, JsonOrNull(s.server_cpu_us, "%.2f"),
+        JsonOrNull(s.context_switches, "%.4f"), stats.fallbacks, CodesJson(stats.codes),
         stats.FailedSteps(), CodesJson(by_code), CodesJson(stats.not_sent),
         CodesJson(stats.fallback_causes), stats.wall_seconds));
   }

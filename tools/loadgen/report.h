@@ -43,6 +43,11 @@ struct ModeStats {
   // the stream broke).
   std::map<std::string, int64_t> fallback_causes;
   double wall_seconds = 0.0;  // Sum of this mode's phase durations.
+  // The server process's CPU seconds and context switches during this mode's
+  // phases (server_process.h), when the load generator could read them.
+  bool server_sampled = false;
+  double server_cpu_seconds = 0.0;
+  int64_t server_context_switches = 0;
 
   void Merge(const ModeStats& other);
   // Steps not answered OK by the server: not-OK codes, not sent, fallbacks.
@@ -85,6 +90,8 @@ struct RunDescription {
   int batch = 1;
   // Steps planned over all sessions and modes.
   int64_t planned_steps = 0;
+  // The server's pid when its process counters were read (server_process.h).
+  int server_pid = 0;
   // With --shadows: the table of policies (policy_table.h); else empty.
   std::vector<PolicyRow> policies;
 };

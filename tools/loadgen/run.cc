@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -10,6 +11,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_replace.h"
 #include "absl/synchronization/mutex.h"
@@ -21,6 +23,7 @@
 #include "phases.h"
 #include "report.h"
 #include "runner.h"
+#include "server_process.h"
 #include "spdlog/spdlog.h"
 #include "sync_stream.h"
 #include "workload.h"
@@ -73,6 +76,30 @@ void DropEchoUnlessServed(Shared* shared) {
   if (!shared->modes.empty()) {
     spdlog::warn("running without the echo baseline");
   }
+}
+
+// Sets shared->server_pid when the server's process counters can be read
+// from here: --server_pid, else the peer of a unix: target.
+void FindServerProcess(Shared* shared) {
+  const Options& options = shared->options;
+  if (options.server_pid < 0) return;
+  const std::optional<int> pid =
+      options.server_pid > 0
+          ? std::optional<int>(options.server_pid)
+          : PeerPidOfTarget(options.client_options.target);
+  if (!pid.has_value()) {
+    spdlog::info(
+        "the server's CPU and context switches are not reported: its pid is "
+        "unknown (give --server_pid, or a unix: target)");
+    return;
+  }
+  if (!SampleProcess(*pid).has_value()) {
+    spdlog::warn("--server_pid {}: /proc/{} cannot be read from here; the "
+                 "server's CPU and context switches are not reported",
+                 *pid, *pid);
+    return;
+  }
+  shared->server_pid = pid;
 }
 
 // A runner per thread: a session each, or --batch sessions each.
@@ -128,6 +155,16 @@ RunDescription Describe(const Options& options, const PhaseLog& log,
                               config.shape.layers, config.shape.kv_heads,
                               config.shape.q_heads, config.shape.head_dim,
                               ElementTypeName(config.shape.element_type));
+  if (config.shape.sketch_dim > 0) {
+    absl::StrAppendFormat(&run.shape, " sketch=project:%d",
+                          config.shape.sketch_dim);
+  }
+  if (config.shape.query_form == QueryForm::kGroupSum) {
+    absl::StrAppend(&run.shape, " query_form=group_sum");
+  }
+  if (config.decide_every > 1) {
+    absl::StrAppendFormat(&run.shape, " decide_every=%d", config.decide_every);
+  }
   run.policy = PolicyName(config);
   run.budget = config.budget;
   run.sessions = options.sessions;
@@ -156,6 +193,7 @@ int Report(const PhaseLog& log, Shared* shared) {
   }
   RunDescription run = Describe(options, log, shared->modes.size());
   run.policies = SummarizePolicies(shared->shadows);
+  run.server_pid = shared->server_pid.value_or(0);
   const std::string report =
       options.json ? FormatJson(run, shared->stats, shared->failures)
                    : FormatText(run, shared->stats, shared->failures);
@@ -184,6 +222,7 @@ int Run(const Options& options) {
     if (shared.modes.empty()) return 1;
   }
   shared.echo_reply_bytes = TypicalResultBytes(options.config);
+  FindServerProcess(&shared);
   const std::vector<std::unique_ptr<Runner>> runners = MakeRunners(&shared);
   const PhaseLog log = RunPhases(&shared, runners);
   return Report(log, &shared);

@@ -18,6 +18,7 @@
 #include <cstdint>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -47,6 +48,9 @@ struct Shared {
   std::shared_ptr<v1::EntroKv::Stub> stub;
   std::unique_ptr<Client> client;  // --client=library*
   int64_t echo_reply_bytes = 0;
+  // The server's pid, when its process counters can be read from here
+  // (server_process.h); the phases' ends sample them.
+  std::optional<int> server_pid;
   // Steps done or not sent, for the progress bar.
   std::atomic<int64_t> done{0};
   absl::Mutex mu;

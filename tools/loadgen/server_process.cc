@@ -1,0 +1,117 @@
+#include "server_process.h"
+
+#include <dirent.h>
+#include <sys/socket.h>
+#include <sys/un.h>
+#include <unistd.h>
+
+#include <cstring>
+#include <fstream>
+#include <sstream>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+
+namespace entrokv::loadgen {
+namespace {
+
+std::optional<std::string> ReadFile(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) return std::nullopt;
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+// utime + stime of a /proc/<pid>/stat text, in clock ticks.
+std::optional<int64_t> CpuTicks(absl::string_view stat) {
+  const size_t close = stat.rfind(')');
+  if (close == absl::string_view::npos) return std::nullopt;
+  // After the command: field 3 (state) on, so field i is fields[i - 3].
+  const std::vector<absl::string_view> fields =
+      absl::StrSplit(stat.substr(close + 1), ' ', absl::SkipWhitespace());
+  int64_t utime = 0;
+  int64_t stime = 0;
+  if (fields.size() < 13 || !absl::SimpleAtoi(fields[14 - 3], &utime) ||
+      !absl::SimpleAtoi(fields[15 - 3], &stime)) {
+    return std::nullopt;
+  }
+  return utime + stime;
+}
+
+}  // namespace
+
+std::optional<int64_t> ParseContextSwitches(absl::string_view status) {
+  std::optional<int64_t> voluntary;
+  std::optional<int64_t> involuntary;
+  for (absl::string_view line : absl::StrSplit(status, '\n')) {
+    std::optional<int64_t>* into = nullptr;
+    if (absl::ConsumePrefix(&line, "voluntary_ctxt_switches:")) {
+      into = &voluntary;
+    } else if (absl::ConsumePrefix(&line, "nonvoluntary_ctxt_switches:")) {
+      into = &involuntary;
+    } else {
+      continue;
+    }
+    int64_t value = 0;
+    if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &value)) {
+      return std::nullopt;
+    }
+    *into = value;
+  }
+  if (!voluntary || !involuntary) return std::nullopt;
+  return *voluntary + *involuntary;
+}
+
+std::optional<int> PeerPidOfTarget(const std::string& target) {
+  absl::string_view path = target;
+  if (!absl::ConsumePrefix(&path, "unix:")) return std::nullopt;
+  absl::ConsumePrefix(&path, "//");
+  sockaddr_un address{};
+  if (path.empty() || path.size() >= sizeof(address.sun_path)) {
+    return std::nullopt;
+  }
+  address.sun_family = AF_UNIX;
+  std::memcpy(address.sun_path, path.data(), path.size());
+  const int fd = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return std::nullopt;
+  std::optional<int> pid;
+  ucred peer{};
+  socklen_t size = sizeof(peer);
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&address),
+              sizeof(address)) == 0 &&
+      getsockopt(fd, SOL_SOCKET, SO_PEERCRED, &peer, &size) == 0 &&
+      peer.pid > 0) {
+    pid = peer.pid;
+  }
+  close(fd);
+  return pid;
+}
+
+std::optional<ProcessSample> SampleProcess(int pid) {
+  const std::string root = "/proc/" + std::to_string(pid);
+  const std::optional<std::string> stat = ReadFile(root + "/stat");
+  const std::optional<int64_t> ticks = stat ? CpuTicks(*stat) : std::nullopt;
+  if (!ticks) return std::nullopt;
+  ProcessSample sample;
+  sample.cpu_seconds =
+      static_cast<double>(*ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  DIR* tasks = opendir((root + "/task").c_str());
+  if (tasks == nullptr) return std::nullopt;
+  while (const dirent* task = readdir(tasks)) {
+    if (task->d_name[0] == '.') continue;
+    const std::optional<std::string> status =
+        ReadFile(root + "/task/" + task->d_name + "/status");
+    if (!status) continue;  // Exited since the listing.
+    if (const std::optional<int64_t> n = ParseContextSwitches(*status)) {
+      sample.context_switches += *n;
+    }
+  }
+  closedir(tasks);
+  return sample;
+}
+
+}  // namespace entrokv::loadgen
