@@ -775,5 +775,130 @@ TEST(TierTest, DemotionsAreTheEvictionsOfASessionWithoutATier) {
   }
 }
 
+// Every ranking that takes a tier, over random keys and queries on a GQA
+// shape: the moves are consistent with the sets before and after, the tier
+// stays within D and the live count within B_t, at most P are promoted, and
+// (traced) every held entry's a_i is the naive reference's softmax over the
+// held set.
+TEST(TierTest, EveryRankingKeepsTheInvariantsAndScoresTheHeldSet) {
+  for (Ranking ranking : kAllRankings) {
+    if (!RankingHasScores(ranking)) continue;
+    for (BudgetControl control :
+         {BudgetControl::kFixed, BudgetControl::kEntropy}) {
+      for (int32_t every : {1, 2}) {
+        SCOPED_TRACE(absl::StrCat(std::string(RankingName(ranking)), "+",
+                                  std::string(BudgetControlName(control)),
+                                  " every ", every));
+        SessionConfig config;
+        config.shape.layers = 2;
+        config.shape.kv_heads = 2;
+        config.shape.q_heads = 4;
+        config.shape.head_dim = 4;
+        config.shape.element_type = ElementType::kF32;
+        config.budget = 8;
+        config.ranking = ranking;
+        config.budget_control = control;
+        config.decide_every = every;
+        config.protection.recent = 2;
+        config.tier = {.capacity = 5, .promote_margin = 0.01,
+                       .max_promotions = 2};
+        auto backend = CreateBackend(BackendKind::kCpu);
+        ASSERT_OK(backend);
+        ASSERT_OK_AND_ASSIGN(auto session,
+                             (*backend)->CreateSession(config, {}));
+        std::mt19937_64 rng(static_cast<uint64_t>(ranking) * 7 + every);
+        std::normal_distribution<float> normal;
+        std::map<uint64_t, std::vector<float>> keys;  // Every key, by slot.
+        auto as_set = [](std::vector<uint64_t> v) {
+          std::sort(v.begin(), v.end());
+          return v;
+        };
+        uint64_t next_slot = 0;
+        int64_t moved = 0;
+        for (uint64_t step = 1; step <= 50; ++step) {
+          SCOPED_TRACE(absl::StrCat("step ", step));
+          const std::vector<uint64_t> live_before = session->LiveSlots();
+          const std::vector<uint64_t> tier_before = session->DemotedSlots();
+          StepBuilder builder(config.shape);
+          std::vector<uint64_t> added;
+          const int n = step == 1 ? 14 : static_cast<int>(rng() % 3);
+          for (int e = 0; e < n; ++e) {
+            std::vector<float> key(config.shape.key_elements());
+            for (float& v : key) v = normal(rng);
+            keys[next_slot] = key;
+            builder.Append(next_slot, key);
+            added.push_back(next_slot++);
+          }
+          std::vector<float> query(config.shape.query_elements());
+          for (float& v : query) v = normal(rng);
+          builder.Query(query).Entropy(0.5 + (rng() % 64) / 16.0);
+          StepResult r;
+          StepTrace trace;
+          ASSERT_OK(session->Step(builder.Build(step), &r, &trace));
+          // The sets before, moved by the lists, are the sets after.
+          std::vector<uint64_t> live = live_before;
+          live.insert(live.end(), added.begin(), added.end());
+          std::vector<uint64_t> tier = tier_before;
+          for (uint64_t id : r.demoted) {
+            ASSERT_NE(std::find(live.begin(), live.end(), id), live.end());
+            std::erase(live, id);
+            tier.push_back(id);
+          }
+          for (uint64_t id : r.promoted) {
+            ASSERT_NE(std::find(tier_before.begin(), tier_before.end(), id),
+                      tier_before.end());
+            std::erase(tier, id);
+            live.push_back(id);
+          }
+          for (uint64_t id : r.evicted) {
+            ASSERT_EQ(std::count(live.begin(), live.end(), id) +
+                          std::count(tier.begin(), tier.end(), id),
+                      1);
+            std::erase(live, id);
+            std::erase(tier, id);
+          }
+          ASSERT_EQ(as_set(session->LiveSlots()), as_set(live));
+          ASSERT_EQ(as_set(session->DemotedSlots()), as_set(tier));
+          ASSERT_EQ(r.live, static_cast<int64_t>(live.size()));
+          ASSERT_LE(static_cast<int64_t>(tier.size()), config.tier.capacity);
+          ASSERT_LE(static_cast<int64_t>(r.promoted.size()),
+                    config.tier.max_promotions);
+          moved += static_cast<int64_t>(r.promoted.size() + r.demoted.size());
+          if (r.deferred) {
+            ASSERT_TRUE(r.demoted.empty() && r.promoted.empty() &&
+                        r.evicted.empty());
+            continue;
+          }
+          ASSERT_LE(r.live, r.budget);
+          // The trace lists the held set at the step's start (appends
+          // included); its attention is the softmax over all of it.
+          std::vector<uint64_t> held = live_before;
+          held.insert(held.end(), tier_before.begin(), tier_before.end());
+          held.insert(held.end(), added.begin(), added.end());
+          ASSERT_EQ(as_set(trace.slots), as_set(held));
+          ASSERT_EQ(trace.demoted.size(), trace.slots.size());
+          std::vector<std::vector<float>> held_keys;
+          for (size_t i = 0; i < trace.slots.size(); ++i) {
+            const uint64_t id = trace.slots[i];
+            const bool was_demoted =
+                std::find(tier_before.begin(), tier_before.end(), id) !=
+                tier_before.end();
+            ASSERT_EQ(trace.demoted[i], was_demoted ? 1 : 0);
+            held_keys.push_back(keys.at(id));
+          }
+          const ReferenceScores want =
+              ComputeReferenceScores(config.shape, held_keys, query);
+          for (size_t i = 0; i < held_keys.size(); ++i) {
+            ASSERT_TRUE(Near(trace.attention[i], want.attention[i], 1e-5,
+                             1e-7))
+                << "slot " << trace.slots[i];
+          }
+        }
+        EXPECT_GT(moved, 0);
+      }
+    }
+  }
+}
+
 }  // namespace
 }  // namespace entrokv::testing
