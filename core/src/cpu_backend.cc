@@ -158,7 +158,7 @@ class CpuSession final : public SessionState {
   // (else empty): 1 for an entry in the tier.
   std::vector<uint8_t> tier_;
   int64_t tier_held_ = 0;
-  int64_t demoted_ = 0;   // Moves answered, ever.
+  int64_t demoted_ = 0;  // Moves answered, ever.
   int64_t promoted_ = 0;
 
   StepCounters counters_;
@@ -340,10 +340,9 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   const ScoreNeeds needs = StepScoreNeeds(config_, trace != nullptr);
   const bool need_mean = needs.mean;
   const bool need_attention = needs.attention;
-  absl::Status st = ValidateAndDecode(config_, limits_, counters_.last_step,
-                                      table_.live_slots(), held(), input,
-                                      &decoded_,
-                                      BackendStepRules(config_, needs));
+  absl::Status st = ValidateAndDecode(
+      config_, limits_, counters_.last_step, table_.live_slots(), held(), input,
+      &decoded_, BackendStepRules(config_, needs));
   if (!st.ok()) return st;
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {

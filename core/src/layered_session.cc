@@ -150,12 +150,9 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
                                  config_.hard_ceiling),
         ")"));
   }
-  ENTROKV_RETURN_IF_ERROR(
-      ValidateAndDecode(config_, limits_, last_step_, live_slots_, held, input,
-                        &decoded_,
-                        {.consecutive = true,
-                         .decision = decide,
-                         .decode_queries = false}));
+  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
+      config_, limits_, last_step_, live_slots_, held, input, &decoded_,
+      {.consecutive = true, .decision = decide, .decode_queries = false}));
 
   if (!decide) {
     const int64_t bytes = n * bytes_per_entry_;

@@ -434,8 +434,7 @@ void SelectTierMoves(const TierSelectionInput& in, TierScratch* scratch,
   std::vector<Candidate>& held = scratch->held;
   held.assign(tier.begin() + promoted, tier.end());
   for (int32_t p : moves->demote) held.push_back({in.keep[p], in.index[p], p});
-  const int64_t excess =
-      static_cast<int64_t>(held.size()) - in.params.capacity;
+  const int64_t excess = static_cast<int64_t>(held.size()) - in.params.capacity;
   if (excess <= 0) return;
   if (excess < static_cast<int64_t>(held.size())) {
     std::nth_element(held.begin(), held.begin() + excess, held.end(), weaker);

@@ -357,7 +357,8 @@ TEST_F(ShadowSetTest, DemotedEntriesCountInNoRecall) {
         return std::find(slots.begin(), slots.end(), 100u + i) != slots.end();
       };
     };
-    EXPECT_NEAR(scored.primary, ExpectedRecall(t, live_in(session->LiveSlots())),
+    EXPECT_NEAR(scored.primary,
+                ExpectedRecall(t, live_in(session->LiveSlots())),
                 kRecallTolerance)
         << t;
     ASSERT_EQ(scored.shadows.size(), 1u);

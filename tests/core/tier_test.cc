@@ -155,8 +155,8 @@ TEST(TierTest, PromotesAtMostPBestFirst) {
   // Step 1 (logits 2, 1, 0, -1, -2) demotes 3, 4, 5. Step 2 reverses the
   // logits: the tier's best are 5, then 4, then 3; the weakest live are 1,
   // then 2. Each of 5, 4 beats its partner; 3 would beat nothing left.
-  const std::map<int64_t, std::pair<std::vector<uint64_t>,
-                                    std::vector<uint64_t>>>
+  const std::map<int64_t,
+                 std::pair<std::vector<uint64_t>, std::vector<uint64_t>>>
       want = {{0, {{}, {}}},
               {1, {{5}, {1}}},
               {2, {{4, 5}, {1, 2}}},
@@ -354,14 +354,11 @@ TEST(TierTest, RefusesBadParametersAndPoliciesItCannotDefine) {
        [](SessionConfig& c) { c.tier.promote_margin = INFINITY; }},
       {"tier.max_promotions",
        [](SessionConfig& c) { c.tier.max_promotions = -1; }},
-      {"tier.capacity",
-       [](SessionConfig& c) { c.ranking = Ranking::kWindow; }},
+      {"tier.capacity", [](SessionConfig& c) { c.ranking = Ranking::kWindow; }},
       {"tier.capacity",
        [](SessionConfig& c) { c.ranking = Ranking::kStreaming; }},
       {"tier.capacity",
-       [](SessionConfig& c) {
-         c.budget_control = BudgetControl::kThreshold;
-       }},
+       [](SessionConfig& c) { c.budget_control = BudgetControl::kThreshold; }},
       {"tier.capacity", [](SessionConfig& c) { c.block_size = 4; }},
       {"tier.capacity",
        [](SessionConfig& c) {
@@ -476,9 +473,9 @@ uint64_t RefSplitMix64(uint64_t x) {
 }
 
 double RefRandomKeep(uint64_t seed, int64_t index, uint64_t step) {
-  const uint64_t x = seed +
-                     0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1) +
-                     0xD1B54A32D192ED03ull * step;
+  const uint64_t x =
+      seed + 0x9E3779B97F4A7C15ull * (static_cast<uint64_t>(index) + 1) +
+      0xD1B54A32D192ED03ull * step;
   return static_cast<double>(RefSplitMix64(x) >> 11) / 9007199254740992.0;
 }
 
@@ -542,8 +539,8 @@ class ReferenceTier {
     std::sort(tier.begin(), tier.end(),
               [&](const Entry* a, const Entry* b) { return weaker(b, a); });
     size_t w = static_cast<size_t>(down);
-    for (int64_t j = 0; j < c_.tier.max_promotions &&
-                        j < static_cast<int64_t>(tier.size());
+    for (int64_t j = 0;
+         j < c_.tier.max_promotions && j < static_cast<int64_t>(tier.size());
          ++j) {
       Entry* t = tier[j];
       if (live_count < budget_) {
@@ -625,10 +622,9 @@ class ReferenceTier {
         static_cast<double>(c_.budget) * (1.0 + p.gamma * std::tanh(z));
     const int64_t lo = p.min_budget > 0 ? p.min_budget : 1;
     const int64_t hi =
-        p.max_budget > 0
-            ? p.max_budget
-            : static_cast<int64_t>(
-                  std::ceil(static_cast<double>(c_.budget) * (1 + p.gamma)));
+        p.max_budget > 0 ? p.max_budget
+                         : static_cast<int64_t>(std::ceil(
+                               static_cast<double>(c_.budget) * (1 + p.gamma)));
     const int64_t b = std::clamp<int64_t>(std::llround(raw), lo, hi);
     const double d = h - mean_;
     var_ = (1 - p.ema_rate) * (var_ + p.ema_rate * d * d);
@@ -660,9 +656,8 @@ TEST_P(TierReferenceTest, MatchesABruteForceReferenceOfSection12) {
   config.seed = 17;
   config.decide_every = every;
   config.hard_ceiling = ceiling;
-  config.tier = {.capacity = capacity,
-                 .promote_margin = margin,
-                 .max_promotions = p};
+  config.tier = {
+      .capacity = capacity, .promote_margin = margin, .max_promotions = p};
   config.protection = {.sinks = sinks, .recent = recent};
   TinySession s(config);
   ReferenceTier ref(config);
@@ -704,8 +699,7 @@ TEST_P(TierReferenceTest, MatchesABruteForceReferenceOfSection12) {
   EXPECT_EQ(stats.evicted, evicted);
   EXPECT_EQ(stats.tier_held,
             static_cast<int64_t>(ref.Slots(ReferenceTier::kDemoted).size()));
-  EXPECT_EQ(stats.bytes_held,
-            (stats.live + stats.tier_held) * (8 + 40));
+  EXPECT_EQ(stats.bytes_held, (stats.live + stats.tier_held) * (8 + 40));
   // The runs do what they are meant to test.
   if (p > 0) {
     EXPECT_GT(promoted, 0);
@@ -734,12 +728,11 @@ INSTANTIATE_TEST_SUITE_P(
         ReferenceParam{BudgetControl::kEntropy, 2, 8, 7, 3, 0.0, 0, 1}),
     [](const auto& info) {
       const ReferenceParam& r = info.param;
-      return absl::StrCat(
-          std::string(BudgetControlName(std::get<0>(r))), "_every",
-          std::get<1>(r), "_ceiling", std::get<2>(r), "_D", std::get<3>(r),
-          "_P", std::get<4>(r), "_m",
-          static_cast<int>(std::get<5>(r) * 100), "_sinks", std::get<6>(r),
-          "_recent", std::get<7>(r));
+      return absl::StrCat(std::string(BudgetControlName(std::get<0>(r))),
+                          "_every", std::get<1>(r), "_ceiling", std::get<2>(r),
+                          "_D", std::get<3>(r), "_P", std::get<4>(r), "_m",
+                          static_cast<int>(std::get<5>(r) * 100), "_sinks",
+                          std::get<6>(r), "_recent", std::get<7>(r));
     });
 
 // With no promotions and a tier that never fills, a ranking whose keep score
@@ -752,8 +745,8 @@ TEST(TierTest, DemotionsAreTheEvictionsOfASessionWithoutATier) {
     SessionConfig plain = TinyConfig(ranking, BudgetControl::kFixed, 5);
     plain.protection.recent = 1;
     SessionConfig tiered = plain;
-    tiered.tier = {.capacity = 1000, .promote_margin = 0.0,
-                   .max_promotions = 0};
+    tiered.tier = {
+        .capacity = 1000, .promote_margin = 0.0, .max_promotions = 0};
     TinySession a(plain), b(tiered);
     std::mt19937_64 rng(5);
     std::uniform_real_distribution<float> u(-2.0f, 2.0f);
@@ -800,8 +793,8 @@ TEST(TierTest, EveryRankingKeepsTheInvariantsAndScoresTheHeldSet) {
         config.budget_control = control;
         config.decide_every = every;
         config.protection.recent = 2;
-        config.tier = {.capacity = 5, .promote_margin = 0.01,
-                       .max_promotions = 2};
+        config.tier = {
+            .capacity = 5, .promote_margin = 0.01, .max_promotions = 2};
         auto backend = CreateBackend(BackendKind::kCpu);
         ASSERT_OK(backend);
         ASSERT_OK_AND_ASSIGN(auto session,
@@ -889,8 +882,7 @@ TEST(TierTest, EveryRankingKeepsTheInvariantsAndScoresTheHeldSet) {
           const ReferenceScores want =
               ComputeReferenceScores(config.shape, held_keys, query);
           for (size_t i = 0; i < held_keys.size(); ++i) {
-            ASSERT_TRUE(Near(trace.attention[i], want.attention[i], 1e-5,
-                             1e-7))
+            ASSERT_TRUE(Near(trace.attention[i], want.attention[i], 1e-5, 1e-7))
                 << "slot " << trace.slots[i];
           }
         }

@@ -57,9 +57,9 @@ struct StepResult {
   std::vector<uint64_t> evicted;
   std::vector<uint64_t> demoted;   // Device to tier.
   std::vector<uint64_t> promoted;  // Tier to device.
-  int64_t live = 0;  // Live (device) entries after the step's moves.
-  int64_t budget = 0;             // The step's effective budget B_t.
-  double entropy = 0.0;           // The entropy used (0 when none was sent).
+  int64_t live = 0;      // Live (device) entries after the step's moves.
+  int64_t budget = 0;    // The step's effective budget B_t.
+  double entropy = 0.0;  // The entropy used (0 when none was sent).
   // True when the step made no decision (decide_every > 1 and not a decision
   // step): its entries were recorded, nothing was scored or evicted.
   bool deferred = false;
