@@ -37,6 +37,13 @@ class CudaBackend final : public Backend {
   absl::StatusOr<std::unique_ptr<SessionState>> CreateSession(
       const SessionConfig& config, const SessionLimits& limits) override {
     ENTROKV_RETURN_IF_ERROR(ValidateSessionConfig(config));
+    if (config.tier.capacity > 0) {
+      // docs/step-semantics.md section 12 runs on the CPU backend only, for
+      // now.
+      return absl::UnimplementedError(
+          "tier.capacity: the CUDA backend has no demote tier yet; place "
+          "the session on the CPU");
+    }
     ENTROKV_CUDA_RETURN_IF_ERROR(cudaSetDevice(device_),
                                  "selecting the device");
     cudaStream_t stream = nullptr;

@@ -547,6 +547,8 @@ absl::Status CudaSession::CommitStep(const StepInput& input, int64_t n,
   }
   table_.SortByAppendOrder(&evict_);
   result->evicted.clear();
+  result->demoted.clear();  // No demote tier here (CreateSession refuses one).
+  result->promoted.clear();
   for (int32_t p : evict_) result->evicted.push_back(table_.slots()[p]);
 
   // Compaction (slot_table.h): the mirror moves at once; the device gets the
@@ -574,6 +576,7 @@ void CudaSession::FillTrace(int64_t n, const TraceCopy& copy,
   trace->attention.clear();
   trace->rank_score.clear();
   trace->protected_.clear();
+  trace->demoted.clear();
   if (n > 0) {
     for (int32_t p : table_.AppendOrder()) {
       trace->slots.push_back(table_.slots()[p]);

@@ -235,12 +235,52 @@ absl::Status ValidateGranularity(const SessionConfig& c) {
   return absl::OkStatus();
 }
 
+// The demote tier (docs/step-semantics.md section 12): its ranges always,
+// and with a tier, the policies whose tier is defined.
+absl::Status ValidateTier(const SessionConfig& c) {
+  const TierParams& t = c.tier;
+  if (t.capacity < 0 || t.capacity > kMaxBudget) {
+    return Bad("tier.capacity",
+               absl::StrCat(t.capacity, " is outside [0, 2^40] (0: no tier)"));
+  }
+  if (!(t.promote_margin >= 0.0) || !std::isfinite(t.promote_margin)) {
+    return Bad("tier.promote_margin",
+               absl::StrCat(t.promote_margin, " is not finite and >= 0"));
+  }
+  if (t.max_promotions < 0 || t.max_promotions > kMaxBudget) {
+    return Bad("tier.max_promotions",
+               absl::StrCat(t.max_promotions, " is outside [0, 2^40]"));
+  }
+  if (t.capacity == 0) return absl::OkStatus();
+  if (!RankingHasScores(c.ranking)) {
+    return Bad("tier.capacity",
+               absl::StrCat("ranking ", std::string(RankingName(c.ranking)),
+                            " scores by append index: a demoted entry is "
+                            "older than every live candidate and could "
+                            "never be promoted"));
+  }
+  if (c.budget_control == BudgetControl::kThreshold) {
+    return Bad("tier.capacity",
+               "the threshold budget control sets the live count by tau, "
+               "not by the budget the tier's moves are defined against");
+  }
+  if (c.block_size > 1) {
+    return Bad("tier.capacity",
+               absl::StrCat("block_size ", c.block_size,
+                            ": blocks are evicted whole, and demoting "
+                            "blocks is not defined (token granularity "
+                            "only)"));
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateSessionConfig(const SessionConfig& c) {
   if (absl::Status st = ValidateShape(c); !st.ok()) return st;
   if (absl::Status st = ValidatePolicyParams(c); !st.ok()) return st;
-  return ValidateGranularity(c);
+  if (absl::Status st = ValidateGranularity(c); !st.ok()) return st;
+  return ValidateTier(c);
 }
 
 bool PolicyNeedsEntropy(const SessionConfig& config) {

@@ -43,7 +43,7 @@ class CpuSession final : public SessionState {
         bytes_per_entry_(BytesPerEntry(config.shape)),
         counters_(config.budget) {}
 
-  ~CpuSession() override { account_->Release(live() * bytes_per_entry_); }
+  ~CpuSession() override { account_->Release(held() * bytes_per_entry_); }
 
   const SessionConfig& config() const override { return config_; }
 
@@ -51,16 +51,43 @@ class CpuSession final : public SessionState {
                     StepTrace* trace) override;
 
   SessionStats Stats() const override {
-    return counters_.ToStats(live(), table_.next_index(), bytes_per_entry_,
-                             Placement::kCpu);
+    // bytes_held counts every held entry: a demoted one's key and state stay
+    // here (section 12).
+    SessionStats s = counters_.ToStats(held(), table_.next_index(),
+                                       bytes_per_entry_, Placement::kCpu);
+    s.live = live();
+    s.tier_held = tier_held_;
+    s.demoted = demoted_;
+    s.promoted = promoted_;
+    return s;
   }
 
   std::vector<uint64_t> LiveSlots() const override {
-    return table_.LiveSlots();
+    if (tier_held_ == 0) return table_.LiveSlots();
+    return SlotsInTier(false);
+  }
+  std::vector<uint64_t> DemotedSlots() const override {
+    if (tier_held_ == 0) return {};
+    return SlotsInTier(true);
   }
 
  private:
-  int64_t live() const { return table_.live(); }
+  // Entries held: live ones and, with a demote tier, demoted ones, at
+  // positions 0..held()-1.
+  int64_t held() const { return table_.live(); }
+  // Live (device) entries.
+  int64_t live() const { return held() - tier_held_; }
+  // The slot ids whose tier flag is `demoted`, in append order.
+  std::vector<uint64_t> SlotsInTier(bool demoted) const {
+    std::vector<uint64_t> out;
+    for (int32_t p : table_.AppendOrder()) {
+      if ((tier_[p] != 0) == demoted) out.push_back(table_.slots()[p]);
+    }
+    return out;
+  }
+  // Section 12, steps 4-7: selects and applies the step's moves, fills
+  // `result`'s lists; returns the entries evicted for good.
+  int64_t MoveTiers(int64_t budget, StepResult* result);
   // Grows key storage to hold `needed` entries; false when the allocation
   // fails (nothing changes then).
   bool Reserve(int64_t needed);
@@ -74,7 +101,7 @@ class CpuSession final : public SessionState {
   // The expected ranking's e_i (section 3) from its query statistics.
   void ScoreExpected();
   // The scoring kernel's arguments for every live entry, with `queries`
-  // (scaled) and z out to `z` (null: none), rows of stride live().
+  // (scaled) and z out to `z` (null: none), rows of stride held().
   ScoreArgs KeyScoreArgs(const float* queries, float* z) const {
     const Shape& s = config_.shape;
     return {.type = s.element_type,
@@ -84,10 +111,10 @@ class CpuSession final : public SessionState {
             .kv_heads = s.kv_heads,
             .group = s.group_size(),
             .head_dim = s.vector_dim(),
-            .live = live(),
+            .live = held(),
             .queries = queries,
             .z = z,
-            .z_stride = live()};
+            .z_stride = held()};
   }
   KeyPlanes Planes() const {
     const Shape& s = config_.shape;
@@ -96,7 +123,7 @@ class CpuSession final : public SessionState {
             .capacity = capacity_,
             .planes = s.layers * s.kv_heads,
             .dim = s.vector_dim(),
-            .live = live()};
+            .live = held()};
   }
   void RemovePositions(std::vector<int32_t>* positions);
   std::byte* KeyAt(int32_t layer, int32_t kv, int64_t pos) {
@@ -127,6 +154,12 @@ class CpuSession final : public SessionState {
   std::optional<double> last_entropy_;
   std::vector<double> h2o_acc_;
   QueryStats query_stats_;  // expected.
+  // Demote tier (section 12), per position when config_.tier.capacity > 0
+  // (else empty): 1 for an entry in the tier.
+  std::vector<uint8_t> tier_;
+  int64_t tier_held_ = 0;
+  int64_t demoted_ = 0;  // Moves answered, ever.
+  int64_t promoted_ = 0;
 
   StepCounters counters_;
 
@@ -151,6 +184,8 @@ class CpuSession final : public SessionState {
   std::vector<int32_t> evict_;
   std::vector<SlotTable::Move> moves_;
   SelectionScratch selection_;
+  TierScratch tier_scratch_;
+  TierMoves tier_moves_;
 };
 
 bool CpuSession::Reserve(int64_t needed) {
@@ -165,11 +200,11 @@ bool CpuSession::Reserve(int64_t needed) {
           int64_t{s.layers} * s.kv_heads * new_cap * row)]);
   if (grown == nullptr) return false;
   for (int64_t plane = 0; plane < int64_t{s.layers} * s.kv_heads; ++plane) {
-    if (live() > 0) {
+    if (held() > 0) {
       std::memcpy(grown.get() + plane * new_cap * row,
                   keys_.get() + plane * capacity_ * row,
-                  static_cast<size_t>(live() * row));
-      counters_.bytes_copied += live() * row;
+                  static_cast<size_t>(held() * row));
+      counters_.bytes_copied += held() * row;
     }
   }
   keys_ = std::move(grown);
@@ -183,7 +218,7 @@ void CpuSession::Append(const StepInput& input, int64_t n,
   const int32_t d = s.vector_dim();
   const int64_t row = int64_t{d} * esize_;
   for (int64_t e = 0; e < n; ++e) {
-    const int32_t pos = static_cast<int32_t>(live());
+    const int32_t pos = static_cast<int32_t>(held());
     const std::byte* src =
         input.append.keys.data() + e * s.key_elements() * esize_;
     double norm_sum = 0.0;
@@ -204,13 +239,14 @@ void CpuSession::Append(const StepInput& input, int64_t n,
                         static_cast<double>(int64_t{s.layers} * s.kv_heads));
     affinity_.push_back(state_init);
     h2o_acc_.push_back(0.0);
+    if (config_.tier.capacity > 0) tier_.push_back(0);
   }
 }
 
 void CpuSession::Score(std::vector<float>* queries, bool need_mean,
                        bool need_attention) {
   const Shape& s = config_.shape;
-  const int64_t n = live();
+  const int64_t n = held();
   // s_i and a_i average over every (layer, q head), whatever the query form.
   const int64_t rows = int64_t{s.layers} * s.q_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
@@ -256,7 +292,7 @@ void CpuSession::Score(std::vector<float>* queries, bool need_mean,
 
 void CpuSession::ScoreExpected() {
   const Shape& s = config_.shape;
-  const int64_t n = live();
+  const int64_t n = held();
   const int64_t rows = int64_t{s.layers} * s.q_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
   // The μ term is section 3's logit with the float of μ as the query.
@@ -289,11 +325,13 @@ void CpuSession::RemovePositions(std::vector<int32_t>* positions) {
     key_norm_[m.dst] = key_norm_[m.src];
     affinity_[m.dst] = affinity_[m.src];
     h2o_acc_[m.dst] = h2o_acc_[m.src];
+    if (!tier_.empty()) tier_[m.dst] = tier_[m.src];
   }
-  const size_t n = static_cast<size_t>(live());
+  const size_t n = static_cast<size_t>(held());
   key_norm_.resize(n);
   affinity_.resize(n);
   h2o_acc_.resize(n);
+  if (!tier_.empty()) tier_.resize(n);
 }
 
 absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
@@ -302,10 +340,9 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   const ScoreNeeds needs = StepScoreNeeds(config_, trace != nullptr);
   const bool need_mean = needs.mean;
   const bool need_attention = needs.attention;
-  absl::Status st = ValidateAndDecode(config_, limits_, counters_.last_step,
-                                      table_.live_slots(), live(), input,
-                                      &decoded_,
-                                      BackendStepRules(config_, needs));
+  absl::Status st = ValidateAndDecode(
+      config_, limits_, counters_.last_step, table_.live_slots(), held(), input,
+      &decoded_, BackendStepRules(config_, needs));
   if (!st.ok()) return st;
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
@@ -313,11 +350,11 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
         "append: ", decoded_.appended, " entries (", added_bytes,
         " bytes) would exceed the backend's byte limit ", account_->limit()));
   }
-  if (!Reserve(live() + decoded_.appended)) {
+  if (!Reserve(held() + decoded_.appended)) {
     account_->Release(added_bytes);
     return absl::ResourceExhaustedError(
         absl::StrCat("append: cannot allocate key storage for ",
-                     live() + decoded_.appended, " entries"));
+                     held() + decoded_.appended, " entries"));
   }
   // Validated: from here on the step cannot fail.
   counters_.bytes_copied += decoded_.bytes_written;
@@ -326,7 +363,7 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
              ? last_entropy_.value_or(decoded_.entropy)
              : (config_.affinity.update == AffinityUpdate::kSeed ? 0.5 : 0.0));
   last_entropy_ = decoded_.entropy;
-  const int64_t n = live();
+  const int64_t n = held();
   if (ranking == Ranking::kExpected) {
     // Before Score scales the queries in place.
     query_stats_.Update(decoded_.queries.data(), decoded_.queries.size(),
@@ -354,11 +391,15 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   }
   const int64_t budget = budget_.Next(h);
 
-  const int64_t need = n - budget;
+  // n counts every held entry; with a demote tier, those demoted too, which
+  // were scored like live ones (section 12, step 1).
+  const int64_t live_now = n - tier_held_;
+  const int64_t need = live_now - budget;
   const std::optional<double> threshold = EvictionThreshold(config_);
-  // Keep scores and protection matter only when something may be evicted (or
-  // a trace shows them).
-  const bool rank_now = need > 0 || threshold || trace != nullptr;
+  // Keep scores and protection matter only when something may be evicted or
+  // promoted (or a trace shows them).
+  const bool rank_now =
+      need > 0 || threshold || trace != nullptr || tier_held_ > 0;
   rule::StepView view{.ranking = ranking,
                       .streaming_sinks = config_.streaming_sinks,
                       .h2o_recent_from = std::numeric_limits<int64_t>::max(),
@@ -408,7 +449,9 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
     trace->attention.clear();
     trace->rank_score.clear();
     trace->protected_.clear();
+    trace->demoted.clear();
     for (int32_t p : order) {
+      if (!tier_.empty()) trace->demoted.push_back(tier_[p]);
       trace->slots.push_back(table_.slots()[p]);
       trace->mean_logit.push_back(static_cast<float>(mean_logit_[p]));
       trace->attention.push_back(
@@ -418,6 +461,17 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
     }
   }
 
+  result->demoted.clear();
+  result->promoted.clear();
+  if (config_.tier.capacity > 0) {
+    const int64_t evicted = MoveTiers(budget, result);
+    counters_.Record(input.step, live_now, evicted, budget);
+    result->live = live();
+    result->budget = budget;
+    result->entropy = h;
+    result->deferred = false;
+    return absl::OkStatus();
+  }
   evict_.clear();
   SelectEvictions({.keep = keep_,
                    .index = table_.indices(),
@@ -443,6 +497,48 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   result->entropy = h;
   result->deferred = false;
   return absl::OkStatus();
+}
+
+int64_t CpuSession::MoveTiers(int64_t budget, StepResult* result) {
+  SelectTierMoves({.keep = keep_,
+                   .index = table_.indices(),
+                   .protect = protect_,
+                   .demoted = tier_,
+                   .live = live(),
+                   .budget = budget,
+                   .params = config_.tier},
+                  &tier_scratch_, &tier_moves_);
+  // Answer in append order.
+  table_.SortByAppendOrder(&tier_moves_.demote);
+  table_.SortByAppendOrder(&tier_moves_.promote);
+  table_.SortByAppendOrder(&tier_moves_.evict);
+  const std::vector<uint64_t>& slots = table_.slots();
+  for (int32_t p : tier_moves_.demote) {
+    result->demoted.push_back(slots[p]);
+    tier_[p] = 1;
+  }
+  for (int32_t p : tier_moves_.promote) {
+    result->promoted.push_back(slots[p]);
+    tier_[p] = 0;
+  }
+  // Every entry evicted is in the tier now (or was demoted and dropped by
+  // this step, never flagged).
+  int64_t from_tier = 0;
+  result->evicted.clear();
+  for (int32_t p : tier_moves_.evict) {
+    result->evicted.push_back(slots[p]);
+    from_tier += tier_[p];
+  }
+  const int64_t demoted = static_cast<int64_t>(tier_moves_.demote.size());
+  const int64_t promoted = static_cast<int64_t>(tier_moves_.promote.size());
+  const int64_t evicted = static_cast<int64_t>(tier_moves_.evict.size());
+  // Entries demoted and dropped by this step were live at its start.
+  tier_held_ += demoted - promoted - from_tier;
+  demoted_ += demoted;
+  promoted_ += promoted;
+  RemovePositions(&tier_moves_.evict);
+  account_->Release(evicted * bytes_per_entry_);
+  return evicted;
 }
 
 class CpuBackend final : public Backend {

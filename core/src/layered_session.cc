@@ -33,6 +33,7 @@ void ClearTrace(StepTrace* trace) {
   trace->attention.clear();
   trace->rank_score.clear();
   trace->protected_.clear();
+  trace->demoted.clear();
 }
 
 // ---------------------------------------------------------------------------
@@ -75,6 +76,11 @@ class CadenceLayer final : public SessionState {
     return out;
   }
 
+  // Pending entries are live: the tier changes only at decisions.
+  std::vector<uint64_t> DemotedSlots() const override {
+    return inner_->DemotedSlots();
+  }
+
  private:
   int64_t PendingBytes() const {
     return static_cast<int64_t>(pending_ids_.size()) * bytes_per_entry_;
@@ -91,8 +97,11 @@ class CadenceLayer final : public SessionState {
   std::vector<uint8_t> pending_pinned_;
   std::vector<std::byte> pending_keys_;
   bool pending_any_pinned_ = false;
-  // Live slots of the whole stack (below + pending), for validation.
+  // Held slots of the whole stack (below, demoted ones included, and
+  // pending), for validation.
   absl::flat_hash_set<uint64_t> live_slots_;
+  // Entries in the demote tier below, as of the last decision (section 12).
+  int64_t tier_held_ = 0;
   int64_t steps_ = 0;
   int64_t peak_live_ = 0;
   std::optional<uint64_t> last_step_;
@@ -123,7 +132,10 @@ std::string EveryKth(int64_t k) {
 absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
                                 StepTrace* trace) {
   const int64_t n = static_cast<int64_t>(input.append.slot_ids.size());
-  const int64_t live = static_cast<int64_t>(live_slots_.size());
+  // Held entries, and the live (device) ones: a demote tier's entries are
+  // held but not live (section 12).
+  const int64_t held = static_cast<int64_t>(live_slots_.size());
+  const int64_t live = held - tier_held_;
   const bool scheduled = (steps_ + 1) % config_.decide_every == 0;
   const bool forced =
       config_.hard_ceiling > 0 && live + n > config_.hard_ceiling;
@@ -138,12 +150,9 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
                                  config_.hard_ceiling),
         ")"));
   }
-  ENTROKV_RETURN_IF_ERROR(
-      ValidateAndDecode(config_, limits_, last_step_, live_slots_, live, input,
-                        &decoded_,
-                        {.consecutive = true,
-                         .decision = decide,
-                         .decode_queries = false}));
+  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
+      config_, limits_, last_step_, live_slots_, held, input, &decoded_,
+      {.consecutive = true, .decision = decide, .decode_queries = false}));
 
   if (!decide) {
     const int64_t bytes = n * bytes_per_entry_;
@@ -168,6 +177,8 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
     last_step_ = input.step;
     peak_live_ = std::max(peak_live_, live + n);
     result->evicted.clear();
+    result->demoted.clear();
+    result->promoted.clear();
     result->live = live + n;
     result->budget = inner_->Stats().budget;
     result->entropy = decoded_.has_entropy ? decoded_.entropy : 0.0;
@@ -217,6 +228,7 @@ absl::Status CadenceLayer::Step(const StepInput& input, StepResult* result,
                    static_cast<int64_t>(pending_keys_.size() - pending_key_bytes);
   for (uint64_t id : input.append.slot_ids) live_slots_.insert(id);
   for (uint64_t id : result->evicted) live_slots_.erase(id);
+  if (config_.tier.capacity > 0) tier_held_ = inner_->Stats().tier_held;
   pending_ids_.clear();
   pending_pinned_.clear();
   pending_keys_.clear();

@@ -194,6 +194,9 @@ class ShadowSetImpl final : public ShadowSet {
 
   uint64_t next_virtual_ = 0;
   absl::flat_hash_map<uint64_t, uint64_t> primary_live_;  // Slot -> virtual.
+  // The primary's entries in its demote tier (docs/step-semantics.md section
+  // 12): held, not live, so not in its recall.
+  absl::flat_hash_map<uint64_t, uint64_t> primary_demoted_;
   std::vector<uint64_t> step_virtual_;  // The step's appends, virtual ids.
   // The keys, f32, laid out [layer][kv_head][reference_capacity_][dim] as
   // the scoring kernel reads them; reference_entries_ of them held.
@@ -341,7 +344,17 @@ bool ShadowSetImpl::Observe(const StepInput& input, const StepResult& result,
   for (size_t e = 0; e < step_virtual_.size(); ++e) {
     primary_live_[input.append.slot_ids[e]] = step_virtual_[e];
   }
-  for (uint64_t slot : result.evicted) primary_live_.erase(slot);
+  // The moves are net and disjoint (section 12), so their order is free.
+  for (uint64_t slot : result.demoted) {
+    primary_demoted_.insert(primary_live_.extract(slot));
+  }
+  for (uint64_t slot : result.promoted) {
+    primary_live_.insert(primary_demoted_.extract(slot));
+  }
+  for (uint64_t slot : result.evicted) {
+    primary_live_.erase(slot);
+    primary_demoted_.erase(slot);
+  }
   StepShadows(input);
   if (steps_scored_ == options_.max_reference_entries) reference_full_ = true;
   if (input.queries.empty() || reference_full_ || reference_entries_ == 0) {

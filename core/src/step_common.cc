@@ -174,8 +174,11 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
   for (int64_t i = 0; i < n; ++i) {
     const uint64_t id = input.append.slot_ids[i];
     if (live_slots.contains(id)) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("append.slot_ids: slot id ", id, " is already live"));
+      // With a demote tier the set holds the demoted ids too (section 12).
+      return absl::InvalidArgumentError(absl::StrCat(
+          "append.slot_ids: slot id ", id,
+          config.tier.capacity > 0 ? " is already held (live or demoted)"
+                                   : " is already live"));
     }
   }
   if (n > 1) {
@@ -190,8 +193,10 @@ absl::Status ValidateAndDecode(const SessionConfig& config,
   }
   if (limits.max_live_entries > 0 && live + n > limits.max_live_entries) {
     return absl::ResourceExhaustedError(absl::StrCat(
-        "append.slot_ids: ", live, " live + ", n, " new entries exceed ",
-        "max_live_entries ", limits.max_live_entries));
+        "append.slot_ids: ", live,
+        config.tier.capacity > 0 ? " held (live and demoted) + " : " live + ",
+        n, " new entries exceed ", "max_live_entries ",
+        limits.max_live_entries));
   }
   // Reject non-finite and absurdly large values, in place; decode only what
   // the caller asked for.
@@ -362,6 +367,86 @@ void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
     if (b >= full_blocks) continue;
     if (blocks[block_of.find(b)->second].tokens == -1) evict->push_back(p);
   }
+}
+
+void SelectTierMoves(const TierSelectionInput& in, TierScratch* scratch,
+                     TierMoves* moves) {
+  using Candidate = SelectionScratch::Candidate;
+  moves->demote.clear();
+  moves->promote.clear();
+  moves->evict.clear();
+  // Section 8's order: weaker first.
+  auto weaker = [](const Candidate& a, const Candidate& b) {
+    return a.score < b.score || (a.score == b.score && a.order < b.order);
+  };
+  auto better = [&](const Candidate& a, const Candidate& b) {
+    return weaker(b, a);
+  };
+  const int32_t n = static_cast<int32_t>(in.keep.size());
+  std::vector<Candidate>& live = scratch->live;  // Unprotected live.
+  std::vector<Candidate>& tier = scratch->tier;  // Demoted before the step.
+  live.clear();
+  tier.clear();
+  for (int32_t p = 0; p < n; ++p) {
+    if (in.demoted[p]) {
+      tier.push_back({in.keep[p], in.index[p], p});
+    } else if (!in.protect[p]) {
+      live.push_back({in.keep[p], in.index[p], p});
+    }
+  }
+
+  // Step 4: demote the weakest `need` unprotected live entries.
+  const int64_t down = std::clamp<int64_t>(in.live - in.budget, 0,
+                                           static_cast<int64_t>(live.size()));
+  if (down > 0 && down < static_cast<int64_t>(live.size())) {
+    std::nth_element(live.begin(), live.begin() + down, live.end(), weaker);
+  }
+  for (int64_t i = 0; i < down; ++i) moves->demote.push_back(live[i].pos);
+  int64_t live_count = in.live - down;
+
+  // Step 5: the best of the tier fill room, then swap with the weakest
+  // remaining live entries while they beat them by the margin.
+  const int64_t take = std::min<int64_t>(in.params.max_promotions,
+                                         static_cast<int64_t>(tier.size()));
+  std::partial_sort(tier.begin(), tier.begin() + take, tier.end(), better);
+  const auto w_begin = live.begin() + down;
+  const int64_t w_size = static_cast<int64_t>(live.end() - w_begin);
+  const int64_t w_take = std::min(take, w_size);
+  std::partial_sort(w_begin, w_begin + w_take, live.end(), weaker);
+  int64_t promoted = 0;
+  int64_t swapped = 0;
+  while (promoted < take) {
+    const Candidate& t = tier[promoted];
+    if (live_count < in.budget) {
+      ++live_count;
+    } else if (swapped < w_take &&
+               t.score > w_begin[swapped].score + in.params.promote_margin) {
+      moves->demote.push_back(w_begin[swapped].pos);
+      ++swapped;
+    } else {
+      break;
+    }
+    moves->promote.push_back(t.pos);
+    ++promoted;
+  }
+
+  // Step 6: the tier's weakest entries past its capacity go for good.
+  std::vector<Candidate>& held = scratch->held;
+  held.assign(tier.begin() + promoted, tier.end());
+  for (int32_t p : moves->demote) held.push_back({in.keep[p], in.index[p], p});
+  const int64_t excess = static_cast<int64_t>(held.size()) - in.params.capacity;
+  if (excess <= 0) return;
+  if (excess < static_cast<int64_t>(held.size())) {
+    std::nth_element(held.begin(), held.begin() + excess, held.end(), weaker);
+  }
+  std::vector<uint8_t>& dropped = scratch->dropped;
+  dropped.assign(static_cast<size_t>(n), 0);
+  for (int64_t i = 0; i < excess; ++i) {
+    moves->evict.push_back(held[i].pos);
+    dropped[held[i].pos] = 1;
+  }
+  // Net moves: an entry demoted and dropped by this step is only evicted.
+  std::erase_if(moves->demote, [&](int32_t p) { return dropped[p] != 0; });
 }
 
 }  // namespace entrokv::internal

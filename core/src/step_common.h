@@ -216,6 +216,41 @@ struct SelectionScratch {
 void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
                      std::vector<int32_t>* evict);
 
+// The held entries as a tier's selection sees them (section 12): per
+// position, the keep score, append index, protection and tier flag, at
+// token granularity.
+struct TierSelectionInput {
+  absl::Span<const double> keep;
+  absl::Span<const int64_t> index;
+  absl::Span<const uint8_t> protect;
+  absl::Span<const uint8_t> demoted;  // 1: in the tier at the step's start.
+  int64_t live = 0;                   // Live entries after the append.
+  int64_t budget = 0;                 // B_t.
+  TierParams params;
+};
+
+// A step's moves as positions, each list in no given order: the net moves
+// of section 12 step 7 (an entry demoted and dropped by the step is only in
+// `evict`).
+struct TierMoves {
+  std::vector<int32_t> demote;
+  std::vector<int32_t> promote;
+  std::vector<int32_t> evict;
+};
+
+// Reusable buffers for SelectTierMoves.
+struct TierScratch {
+  std::vector<SelectionScratch::Candidate> live;
+  std::vector<SelectionScratch::Candidate> tier;
+  std::vector<SelectionScratch::Candidate> held;  // The tier after the moves.
+  std::vector<uint8_t> dropped;  // Per position: evicted by the overflow.
+};
+
+// Steps 4-6 of section 12: demotion, promotion and overflow. `moves` is
+// cleared first. O(held) plus sorts of at most P + 1 entries per side.
+void SelectTierMoves(const TierSelectionInput& in, TierScratch* scratch,
+                     TierMoves* moves);
+
 // Protection and keep scores: entrokv/core/rule.h.
 
 // The append index from which the h2o ranking's recent share starts: the

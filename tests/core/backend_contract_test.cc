@@ -214,6 +214,23 @@ TEST_P(BackendLimitsTest, MaxLiveEntriesIsResourceExhausted) {
   EXPECT_OK(session->Step(Appending(10, 1).Build(2), &result));
 }
 
+// The demote tier (docs/step-semantics.md section 12) runs on the CPU
+// backend; the CUDA backend refuses it until it implements the section.
+TEST_P(BackendLimitsTest, ADemoteTierIsRefusedWhereItIsNotImplemented) {
+  ENTROKV_CREATE_OR_SKIP(backend, GetParam(), BackendOptions{});
+  SessionConfig config =
+      testing::TinyConfig(Ranking::kTova, BudgetControl::kFixed, 4);
+  config.tier.capacity = 8;
+  auto session = backend->CreateSession(config, {});
+  if (GetParam() == BackendKind::kCpu) {
+    EXPECT_OK(session);
+    return;
+  }
+  EXPECT_STATUS_CODE(session.status(), absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(session.status().message()),
+              HasSubstr("tier.capacity"));
+}
+
 INSTANTIATE_TEST_SUITE_P(
     Compiled, BackendLimitsTest, ::testing::ValuesIn(CompiledBackends()),
     [](const auto& info) { return std::string(BackendKindName(info.param)); });

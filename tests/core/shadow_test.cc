@@ -321,6 +321,58 @@ TEST_F(ShadowSetTest, AReusedSlotIdDoesNotCollideInAShadow) {
   EXPECT_EQ(stats.primary.live, 1);
 }
 
+// With a demote tier (docs/step-semantics.md section 12), only live entries
+// count: the primary's live set is what its session lists as live after
+// each step, and a tiered shadow's that of a standalone session of its
+// policy (slot id = 100 + append index here).
+TEST_F(ShadowSetTest, DemotedEntriesCountInNoRecall) {
+  auto tiered = [](int64_t capacity, int64_t promotions) {
+    SessionConfig c = Window(3);
+    c.ranking = Ranking::kTova;
+    c.tier = {.capacity = capacity,
+              .promote_margin = 0.0,
+              .max_promotions = promotions};
+    return c;
+  };
+  const SessionConfig primary = tiered(2, 1);
+  ShadowOptions options;
+  options.policies = {tiered(4, 2)};
+  ASSERT_OK_AND_ASSIGN(auto shadows, ShadowSet::Create(primary, options));
+  ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend(BackendKind::kCpu));
+  ASSERT_OK_AND_ASSIGN(auto session, backend->CreateSession(primary, {}));
+  ASSERT_OK_AND_ASSIGN(auto alone,
+                       backend->CreateSession(options.policies[0], {}));
+  int64_t demoted = 0;
+  for (int t = 0; t < kSteps; ++t) {
+    const uint64_t slot = 100 + t;
+    const StepInput in = Input(t, &slot);
+    StepResult result, ignored;
+    ASSERT_OK(session->Step(in, &result));
+    ASSERT_OK(alone->Step(in, &ignored));
+    demoted += static_cast<int64_t>(result.demoted.size());
+    StepRecall scored;
+    ASSERT_TRUE(shadows->Observe(in, result, &scored));
+    auto live_in = [](const std::vector<uint64_t>& slots) {
+      return [slots](int i) {
+        return std::find(slots.begin(), slots.end(), 100u + i) != slots.end();
+      };
+    };
+    EXPECT_NEAR(scored.primary,
+                ExpectedRecall(t, live_in(session->LiveSlots())),
+                kRecallTolerance)
+        << t;
+    ASSERT_EQ(scored.shadows.size(), 1u);
+    EXPECT_NEAR(scored.shadows[0],
+                ExpectedRecall(t, live_in(alone->LiveSlots())),
+                kRecallTolerance)
+        << t;
+  }
+  EXPECT_GT(demoted, 0);
+  const ShadowStats stats = shadows->Stats();
+  EXPECT_EQ(stats.primary.live, 3);
+  EXPECT_EQ(stats.shadows[0].live, 3);
+}
+
 TEST_F(ShadowSetTest, AShadowThatCannotRunStopsWithoutTouchingThePrimary) {
   SessionConfig needs_entropy = Window(2);
   needs_entropy.budget_control = BudgetControl::kEntropy;

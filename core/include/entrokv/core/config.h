@@ -141,6 +141,16 @@ struct ThresholdParams {
   double tau = 0.01;  // Finite.
 };
 
+// A demote tier (docs/step-semantics.md section 12): instead of evicting,
+// the session moves entries to the engine's host tier of `capacity` entries,
+// promotes them back when they score above the weakest live entry by
+// `promote_margin`, and evicts for good only when the tier overflows.
+struct TierParams {
+  int64_t capacity = 0;         // D, in [0, 2^40]; 0: no tier.
+  double promote_margin = 0.0;  // m, finite, >= 0, on the keep-score scale.
+  int64_t max_promotions = 8;   // P per decision step, in [0, 2^40].
+};
+
 struct Protection {
   int64_t sinks = 0;   // The first `sinks` entries ever appended are kept.
   int64_t recent = 0;  // The last `recent` entries appended are kept.
@@ -158,6 +168,7 @@ struct SessionConfig {
   BirthParams birth;
   RkvParams rkv;
   ThresholdParams threshold;
+  TierParams tier;
   int64_t streaming_sinks = 4;  // kStreaming: entries always ranked first.
   uint64_t seed = 0;            // kRandom.
   Protection protection;

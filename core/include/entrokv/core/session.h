@@ -48,11 +48,18 @@ struct StepInput {
   absl::Span<const float> logits;
 };
 
+// With a demote tier (SessionConfig::tier, docs/step-semantics.md section
+// 12) the three lists are the step's net moves, disjoint, each in append
+// order; without one, `demoted` and `promoted` are empty.
 struct StepResult {
-  std::vector<uint64_t> evicted;  // In append order, oldest first.
-  int64_t live = 0;               // Live entries after the evictions.
-  int64_t budget = 0;             // The step's effective budget B_t.
-  double entropy = 0.0;           // The entropy used (0 when none was sent).
+  // Dropped for good, in append order, oldest first: from the device, or,
+  // with a tier, from the device or the tier.
+  std::vector<uint64_t> evicted;
+  std::vector<uint64_t> demoted;   // Device to tier.
+  std::vector<uint64_t> promoted;  // Tier to device.
+  int64_t live = 0;      // Live (device) entries after the step's moves.
+  int64_t budget = 0;    // The step's effective budget B_t.
+  double entropy = 0.0;  // The entropy used (0 when none was sent).
   // True when the step made no decision (decide_every > 1 and not a decision
   // step): its entries were recorded, nothing was scored or evicted.
   bool deferred = false;
@@ -60,13 +67,17 @@ struct StepResult {
 
 // Optional per-step detail for tests, metrics and backend comparisons. Every
 // vector is indexed like `slots`: the live entries after the step's appends,
-// before its evictions, in append order.
+// before its evictions, in append order; with a demote tier, every held
+// entry (live and demoted), and `demoted` is filled.
 struct StepTrace {
   std::vector<uint64_t> slots;
   std::vector<float> mean_logit;    // s_i = mean over (l, h) of z[l,h,i].
   std::vector<float> attention;     // a_i = mean over (l, h) of softmax_i.
   std::vector<double> rank_score;   // The ranking's keep score (higher: keep).
   std::vector<uint8_t> protected_;  // 1 when sinks/recent/pinned protect it.
+  // With a tier: 1 when the entry was in the tier at the step's start.
+  // Empty without one.
+  std::vector<uint8_t> demoted;
 };
 
 struct SessionStats {
@@ -75,7 +86,12 @@ struct SessionStats {
   int64_t steps = 0;  // Accepted steps.
   std::optional<uint64_t> last_step;
   int64_t appended = 0;  // Entries ever appended.
-  int64_t evicted = 0;   // Entries ever evicted.
+  int64_t evicted = 0;   // Entries ever evicted (dropped for good).
+  // Demote tier (section 12): entries in the tier now, and the moves ever
+  // answered.
+  int64_t tier_held = 0;
+  int64_t demoted = 0;
+  int64_t promoted = 0;
   int64_t budget = 0;    // Budget of the last step (config budget before any).
   int64_t bytes_held = 0;
   // Bytes of key and query data the steps have written, in any form, into
@@ -89,7 +105,9 @@ struct SessionStats {
 
 // Limits set by the operator (server flags), not by the engine.
 struct SessionLimits {
-  int64_t max_live_entries = 0;  // 0: unlimited. Checked at append.
+  // 0: unlimited. Checked at append; with a demote tier it bounds the held
+  // entries, live and demoted.
+  int64_t max_live_entries = 0;
 };
 
 class SessionState {
@@ -108,8 +126,11 @@ class SessionState {
 
   virtual SessionStats Stats() const = 0;
 
-  // The live slot ids in append order.
+  // The live slot ids in append order (with a tier: on the device).
   virtual std::vector<uint64_t> LiveSlots() const = 0;
+
+  // The slot ids in the demote tier, in append order; empty without one.
+  virtual std::vector<uint64_t> DemotedSlots() const { return {}; }
 };
 
 }  // namespace entrokv

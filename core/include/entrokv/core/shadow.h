@@ -20,6 +20,10 @@
 // L. The oracle keeps the top B_t entries by a_i, B_t the primary's budget
 // at that step. Once the reference is full, steps are no longer scored.
 //
+// With a demote tier (docs/step-semantics.md section 12), the primary's or a
+// shadow's, a live set is its live (device) entries: demoted ones count in
+// no recall.
+//
 // Not thread-safe: one caller, the primary's stepper, drives it.
 
 #ifndef ENTROKV_CORE_SHADOW_H_
