@@ -125,6 +125,10 @@ class DecodeReactor final
     std::shared_ptr<SessionEntry> entry;
     int step_index = 0;
     std::vector<uint64_t> evicted;
+    // The session's demote-tier moves (docs/step-semantics.md section 12):
+    // the shadows' view of its live set follows them.
+    std::vector<uint64_t> demoted;
+    std::vector<uint64_t> promoted;
     int64_t budget = 0;
   };
 
@@ -156,6 +160,8 @@ class DecodeReactor final
       if (!ToStepInput(request_.steps(work.step_index), &input).ok()) continue;
       StepResult answered;
       answered.evicted = std::move(work.evicted);
+      answered.demoted = std::move(work.demoted);
+      answered.promoted = std::move(work.promoted);
       answered.budget = work.budget;
       if (shadows.set->Observe(input, answered, &step_recall_)) {
         if (shadows.recall.empty()) {
@@ -302,6 +308,8 @@ class DecodeReactor final
         ++steps_;
       } else {
         result->clear_evicted();
+        result->clear_demoted();
+        result->clear_promoted();
         result->clear_live();
         result->clear_budget();
         result->clear_entropy();
@@ -467,16 +475,27 @@ class DecodeReactor final
     if (!status.ok()) return status;
     entry.PublishStats();
     if (entry.shadows() != nullptr) {
-      outcome->shadow = ShadowWork{group->entry, step_index, result.evicted,
-                                   result.budget};
+      outcome->shadow =
+          ShadowWork{group->entry,   step_index,      result.evicted,
+                     result.demoted, result.promoted, result.budget};
     }
     metrics_->StepDone(
         std::chrono::duration_cast<std::chrono::nanoseconds>(end - start)
             .count(),
-        static_cast<int64_t>(result.evicted.size()));
+        static_cast<int64_t>(result.evicted.size()),
+        static_cast<int64_t>(result.demoted.size()),
+        static_cast<int64_t>(result.promoted.size()));
 
     out->mutable_evicted()->Reserve(static_cast<int>(result.evicted.size()));
     for (const uint64_t slot : result.evicted) out->add_evicted(slot);
+    // Empty without a tier: the fields are then absent on the wire.
+    if (!result.demoted.empty()) {
+      out->mutable_demoted()->Add(result.demoted.begin(), result.demoted.end());
+    }
+    if (!result.promoted.empty()) {
+      out->mutable_promoted()->Add(result.promoted.begin(),
+                                   result.promoted.end());
+    }
     out->set_live(result.live);
     out->set_budget(result.budget);
     out->set_entropy(result.entropy);

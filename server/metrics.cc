@@ -224,6 +224,14 @@ std::string ServerMetrics::RenderText(const ServerGauges& gauges) const {
   Metric(&out, "entrokv_evictions_total", "counter",
          "Entries evicted (slot ids returned to engines).",
          evictions_.load(std::memory_order_relaxed));
+  Metric(&out, "entrokv_demotions_total", "counter",
+         "Entries demoted to engines' host tiers (sessions with a demote "
+         "tier).",
+         demotions_.load(std::memory_order_relaxed));
+  Metric(&out, "entrokv_promotions_total", "counter",
+         "Entries promoted back from engines' host tiers (sessions with a "
+         "demote tier).",
+         promotions_.load(std::memory_order_relaxed));
   Metric(&out, "entrokv_live_entries", "gauge",
          "Live entries, all open sessions together, as of their last step.",
          gauges.live_entries);

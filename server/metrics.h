@@ -135,10 +135,16 @@ class ServerMetrics {
   // hold).
   static constexpr size_t kMaxRejectedSeries = 512;
 
-  // A step that core ran: its compute time and the entries it evicted.
-  void StepDone(int64_t compute_ns, int64_t evicted) {
+  // A step that core ran: its compute time, the entries it evicted, and
+  // with a demote tier the entries it demoted and promoted.
+  void StepDone(int64_t compute_ns, int64_t evicted, int64_t demoted = 0,
+                int64_t promoted = 0) {
     steps_.fetch_add(1, std::memory_order_relaxed);
     if (evicted != 0) evictions_.fetch_add(evicted, std::memory_order_relaxed);
+    if (demoted != 0) demotions_.fetch_add(demoted, std::memory_order_relaxed);
+    if (promoted != 0) {
+      promotions_.fetch_add(promoted, std::memory_order_relaxed);
+    }
     step_compute_.Observe(compute_ns);
   }
   // A Decode or Echo stream was accepted (refusals count as rejections).
@@ -172,6 +178,8 @@ class ServerMetrics {
  private:
   std::atomic<int64_t> steps_{0};
   std::atomic<int64_t> evictions_{0};
+  std::atomic<int64_t> demotions_{0};
+  std::atomic<int64_t> promotions_{0};
   std::atomic<int64_t> streams_{0};
   std::atomic<int64_t> drains_{0};
   std::atomic<bool> draining_{false};

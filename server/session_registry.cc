@@ -73,6 +73,9 @@ void SessionEntry::PublishStats() {
   }
   appended_.store(stats.appended, std::memory_order_relaxed);
   evicted_.store(stats.evicted, std::memory_order_relaxed);
+  tier_held_.store(stats.tier_held, std::memory_order_relaxed);
+  demoted_.store(stats.demoted, std::memory_order_relaxed);
+  promoted_.store(stats.promoted, std::memory_order_relaxed);
   budget_.store(stats.budget, std::memory_order_relaxed);
   bytes_held_.store(stats.bytes_held, std::memory_order_relaxed);
   placement_.store(static_cast<uint8_t>(stats.placement),
@@ -91,6 +94,9 @@ SessionStats SessionEntry::PublishedStats() const {
   }
   stats.appended = appended_.load(std::memory_order_relaxed);
   stats.evicted = evicted_.load(std::memory_order_relaxed);
+  stats.tier_held = tier_held_.load(std::memory_order_relaxed);
+  stats.demoted = demoted_.load(std::memory_order_relaxed);
+  stats.promoted = promoted_.load(std::memory_order_relaxed);
   stats.budget = budget_.load(std::memory_order_relaxed);
   stats.bytes_held = bytes_held_.load(std::memory_order_relaxed);
   return stats;
@@ -174,14 +180,19 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
   }
 
   // Placement: gpu needs a device (or the fallback); auto prefers the device.
+  // A device that cannot run the configuration answers UNIMPLEMENTED at
+  // creation (the CUDA backend: a demote tier): then auto, and gpu with the
+  // fallback, place the session on the CPU; gpu alone returns the refusal.
   SessionConfig config = requested;
   Backend* backend = cpu_;
+  bool cpu_if_unimplemented = false;
   switch (requested.placement) {
     case Placement::kCpu:
       break;
     case Placement::kGpu:
       if (gpu_ != nullptr) {
         backend = gpu_;
+        cpu_if_unimplemented = placement_fallback;
       } else if (!placement_fallback) {
         return absl::FailedPreconditionError(
             "config.placement: gpu requested but this server has no CUDA "
@@ -189,10 +200,12 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
       }
       break;
     case Placement::kAuto:
-      if (gpu_ != nullptr) backend = gpu_;
+      if (gpu_ != nullptr) {
+        backend = gpu_;
+        cpu_if_unimplemented = true;
+      }
       break;
   }
-  config.placement = backend == cpu_ ? Placement::kCpu : Placement::kGpu;
   // The effective config says what is in force: unset, the sent layers are
   // the model's first shape.layers (the proto's scored_layers comment).
   if (config.scored_layers.empty()) {
@@ -212,10 +225,18 @@ absl::StatusOr<SessionSnapshot> SessionRegistry::Create(
 
   SessionLimits limits;
   limits.max_live_entries = options_.max_live_entries;
+  config.placement = backend == cpu_ ? Placement::kCpu : Placement::kGpu;
   absl::StatusOr<std::unique_ptr<SessionState>> state =
       backend->CreateSession(config, limits);
+  if (!state.ok() && absl::IsUnimplemented(state.status()) &&
+      cpu_if_unimplemented) {
+    backend = cpu_;
+    config.placement = Placement::kCpu;
+    state = backend->CreateSession(config, limits);
+  }
   if (!state.ok()) {
-    if (absl::IsInvalidArgument(state.status())) {
+    if (absl::IsInvalidArgument(state.status()) ||
+        absl::IsUnimplemented(state.status())) {
       return PrefixMessage("config.", state.status());
     }
     return state.status();

@@ -108,6 +108,9 @@ class SessionEntry {
   std::atomic<uint64_t> last_step_{0};
   std::atomic<int64_t> appended_{0};
   std::atomic<int64_t> evicted_{0};
+  std::atomic<int64_t> tier_held_{0};
+  std::atomic<int64_t> demoted_{0};
+  std::atomic<int64_t> promoted_{0};
   std::atomic<int64_t> budget_{0};
   std::atomic<int64_t> bytes_held_{0};
   std::atomic<uint8_t> placement_{0};

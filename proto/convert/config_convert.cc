@@ -217,6 +217,14 @@ absl::Status FromProto(const v1::SessionConfig& proto, SessionConfig* out) {
   if (proto.threshold().has_tau()) {
     config.threshold.tau = proto.threshold().tau();
   }
+  const v1::TierParams& tier = proto.tier();
+  if (tier.has_capacity()) config.tier.capacity = tier.capacity();
+  if (tier.has_promote_margin()) {
+    config.tier.promote_margin = tier.promote_margin();
+  }
+  if (tier.has_max_promotions()) {
+    config.tier.max_promotions = tier.max_promotions();
+  }
   if (proto.expected().has_ema_rate()) {
     config.expected.ema_rate = proto.expected().ema_rate();
   }
@@ -259,6 +267,9 @@ absl::Status FromProto(const v1::SessionStats& proto, SessionStats* out) {
   stats.appended = proto.appended();
   stats.evicted = proto.evicted();
   stats.bytes_held = proto.bytes_held();
+  stats.tier_held = proto.tier_held();
+  stats.demoted = proto.demoted();
+  stats.promoted = proto.promoted();
   ENTROKV_RETURN_IF_ERROR(
       FromProto(proto.placement(), "stats.placement", &stats.placement));
 
@@ -381,6 +392,18 @@ void ToProto(const SessionConfig& config, v1::SessionConfig* out) {
   out->mutable_threshold()->set_tau(config.threshold.tau);
   out->mutable_rkv()->set_lambda(config.rkv.lambda);
   out->mutable_rkv()->set_sample(config.rkv.sample);
+  // The tier only when it differs from the default (no tier, default
+  // margin and promotions): a session without one is then written as before
+  // the tier existed, byte for byte, and the reader's defaults equal it.
+  const TierParams no_tier;
+  if (config.tier.capacity != no_tier.capacity ||
+      config.tier.promote_margin != no_tier.promote_margin ||
+      config.tier.max_promotions != no_tier.max_promotions) {
+    v1::TierParams* tier = out->mutable_tier();
+    tier->set_capacity(config.tier.capacity);
+    tier->set_promote_margin(config.tier.promote_margin);
+    tier->set_max_promotions(config.tier.max_promotions);
+  }
   out->set_streaming_sinks(config.streaming_sinks);
   out->set_seed(config.seed);
   out->mutable_protection()->set_sinks(config.protection.sinks);
@@ -408,6 +431,10 @@ void ToProto(const SessionStats& stats, v1::SessionStats* out) {
   out->set_evicted(stats.evicted);
   out->set_bytes_held(stats.bytes_held);
   out->set_placement(ToProto(stats.placement));
+  // Zero without a tier, so absent on the wire (proto3 scalars).
+  out->set_tier_held(stats.tier_held);
+  out->set_demoted(stats.demoted);
+  out->set_promoted(stats.promoted);
 }
 
 }  // namespace entrokv::proto

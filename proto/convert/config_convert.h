@@ -8,7 +8,10 @@
 // the field ("config.ranking: ..."). Range checks are core's
 // (ValidateSessionConfig), not repeated here. ToProto() clears the message and
 // writes every field explicitly (no UNSPECIFIED), so the reader applies exactly
-// this configuration. Pure functions, thread-safe.
+// this configuration; the one exception is `tier`, written only when it
+// differs from the default (no tier), so that a session without a demote
+// tier is written byte for byte as before the tier existed (the reader's
+// defaults are the same configuration). Pure functions, thread-safe.
 
 #ifndef ENTROKV_PROTO_CONVERT_CONFIG_CONVERT_H_
 #define ENTROKV_PROTO_CONVERT_CONFIG_CONVERT_H_

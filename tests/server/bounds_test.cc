@@ -103,6 +103,7 @@ const std::map<std::string, std::string>& ConfigPaths() {
       {"EntropyBudgetParams", "entropy_budget"},
       {"H2oParams", "h2o"},
       {"Protection", "protection"},
+      {"TierParams", "tier"},
       {"SessionConfig", ""}};
   return *paths;
 }
@@ -287,7 +288,8 @@ TEST_F(BoundsTest, EveryNumericConfigAndStepFieldStatesItsBound) {
   const google::protobuf::Descriptor* messages[] = {
       v1::Shape::descriptor(),        v1::AffinityParams::descriptor(),
       v1::EntropyBudgetParams::descriptor(), v1::H2oParams::descriptor(),
-      v1::Protection::descriptor(),   v1::SessionConfig::descriptor(),
+      v1::Protection::descriptor(),   v1::TierParams::descriptor(),
+      v1::SessionConfig::descriptor(),
       v1::SessionStep::descriptor(),  v1::Append::descriptor(),
       v1::Logits::descriptor()};
   for (const google::protobuf::Descriptor* d : messages) {

@@ -133,5 +133,120 @@ TEST_F(SessionRegistryLoggingTest, NeverLogsWhileHoldingItsLock) {
   EXPECT_THAT(sink_->under_lock(), ::testing::IsEmpty());
 }
 
+// Stands in for the CUDA backend where there is no device: kind kCuda,
+// refusing a demote tier as the CUDA backend does (UNIMPLEMENTED naming
+// tier.capacity, core/cuda/cuda_backend.cc), running everything else on a
+// CPU backend (so its sessions' stats say CPU: the registry's effective
+// config.placement is what names the device). It counts the sessions it
+// created.
+class TierlessGpuBackend final : public Backend {
+ public:
+  explicit TierlessGpuBackend(Backend* cpu) : cpu_(cpu) {}
+  BackendKind kind() const override { return BackendKind::kCuda; }
+  std::string Describe() const override { return "fake gpu"; }
+  int64_t bytes_held() const override { return 0; }
+  absl::StatusOr<std::unique_ptr<SessionState>> CreateSession(
+      const SessionConfig& config, const SessionLimits& limits) override {
+    if (config.tier.capacity > 0) {
+      return absl::UnimplementedError("tier.capacity: no demote tier here");
+    }
+    ++created_;
+    return cpu_->CreateSession(config, limits);
+  }
+  int created() const { return created_; }
+
+ private:
+  Backend* const cpu_;
+  int created_ = 0;
+};
+
+// Where a session with a demote tier goes (the proto's Placement comments):
+// auto takes the CPU when the device refuses the tier; gpu returns the
+// device's refusal, or with placement_fallback takes the CPU; without a
+// device, gpu is FAILED_PRECONDITION unless the fallback is set.
+class SessionRegistryTierPlacementTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    ASSERT_OK_AND_ASSIGN(cpu_, CreateBackend(BackendKind::kCpu));
+    gpu_ = std::make_unique<TierlessGpuBackend>(cpu_.get());
+  }
+
+  std::unique_ptr<SessionRegistry> Registry(bool with_gpu) {
+    return std::make_unique<SessionRegistry>(RegistryOptions{}, cpu_.get(),
+                                             with_gpu ? gpu_.get() : nullptr);
+  }
+
+  static SessionConfig Config(Placement placement, int64_t tier) {
+    SessionConfig config;
+    config.shape.layers = 1;
+    config.shape.kv_heads = 1;
+    config.shape.q_heads = 1;
+    config.shape.head_dim = 8;
+    config.budget = 4;
+    config.ranking = Ranking::kTova;
+    config.budget_control = BudgetControl::kFixed;
+    config.tier.capacity = tier;
+    config.placement = placement;
+    return config;
+  }
+
+  std::unique_ptr<Backend> cpu_;
+  std::unique_ptr<TierlessGpuBackend> gpu_;
+};
+
+TEST_F(SessionRegistryTierPlacementTest, AutoPutsATierSessionOnTheCpu) {
+  auto registry = Registry(/*with_gpu=*/true);
+  ASSERT_OK_AND_ASSIGN(
+      SessionSnapshot tier,
+      registry->Create(Config(Placement::kAuto, 6), "", false));
+  EXPECT_EQ(tier.config.placement, Placement::kCpu);
+  EXPECT_EQ(tier.stats.placement, Placement::kCpu);
+  EXPECT_EQ(tier.config.tier.capacity, 6);
+  EXPECT_EQ(gpu_->created(), 0);
+  // Without a tier auto still prefers the device.
+  ASSERT_OK_AND_ASSIGN(
+      SessionSnapshot plain,
+      registry->Create(Config(Placement::kAuto, 0), "", false));
+  EXPECT_EQ(plain.config.placement, Placement::kGpu);
+  EXPECT_EQ(gpu_->created(), 1);
+}
+
+TEST_F(SessionRegistryTierPlacementTest, GpuReturnsTheDevicesRefusal) {
+  auto registry = Registry(/*with_gpu=*/true);
+  const absl::StatusOr<SessionSnapshot> refused =
+      registry->Create(Config(Placement::kGpu, 6), "", false);
+  EXPECT_STATUS_CODE(refused, absl::StatusCode::kUnimplemented);
+  EXPECT_THAT(std::string(refused.status().message()),
+              ::testing::StartsWith("config.tier.capacity: "));
+  EXPECT_EQ(registry->size(), 0);
+}
+
+TEST_F(SessionRegistryTierPlacementTest, GpuWithFallbackTakesTheCpu) {
+  auto registry = Registry(/*with_gpu=*/true);
+  ASSERT_OK_AND_ASSIGN(SessionSnapshot s,
+                       registry->Create(Config(Placement::kGpu, 6), "", true));
+  EXPECT_EQ(s.config.placement, Placement::kCpu);
+  EXPECT_EQ(s.stats.placement, Placement::kCpu);
+  EXPECT_EQ(gpu_->created(), 0);
+  // The fallback does not move a session the device can run.
+  ASSERT_OK_AND_ASSIGN(SessionSnapshot plain,
+                       registry->Create(Config(Placement::kGpu, 0), "", true));
+  EXPECT_EQ(plain.config.placement, Placement::kGpu);
+  EXPECT_EQ(gpu_->created(), 1);
+}
+
+TEST_F(SessionRegistryTierPlacementTest, GpuWithoutADeviceAsBefore) {
+  auto registry = Registry(/*with_gpu=*/false);
+  EXPECT_STATUS_CODE(registry->Create(Config(Placement::kGpu, 6), "", false),
+                     absl::StatusCode::kFailedPrecondition);
+  ASSERT_OK_AND_ASSIGN(SessionSnapshot s,
+                       registry->Create(Config(Placement::kGpu, 6), "", true));
+  EXPECT_EQ(s.stats.placement, Placement::kCpu);
+  ASSERT_OK_AND_ASSIGN(
+      SessionSnapshot a,
+      registry->Create(Config(Placement::kAuto, 6), "", false));
+  EXPECT_EQ(a.stats.placement, Placement::kCpu);
+}
+
 }  // namespace
 }  // namespace entrokv::server
