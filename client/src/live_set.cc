@@ -19,9 +19,11 @@ absl::Status LiveSet::CheckAppend(absl::Span<const uint64_t> slot_ids,
   absl::flat_hash_set<uint64_t> seen;
   seen.reserve(slot_ids.size());
   for (const uint64_t id : slot_ids) {
-    if (index_of_.contains(id)) {
+    if (const int64_t index = IndexOf(id); index >= 0) {
       return absl::InvalidArgumentError(
-          absl::StrCat("append.slot_ids: slot ", id, " is already live"));
+          absl::StrCat("append.slot_ids: slot ", id,
+                       tier_.contains(index) ? " is in the demote tier"
+                                             : " is already live"));
     }
     if (!seen.insert(id).second) {
       return absl::InvalidArgumentError(
@@ -48,10 +50,67 @@ int64_t LiveSet::Remove(absl::Span<const uint64_t> slot_ids) {
     auto it = index_of_.find(id);
     if (it == index_of_.end()) continue;
     entries_.erase(it->second);
+    tier_.erase(it->second);
     index_of_.erase(it);
     ++removed;
   }
   return removed;
+}
+
+int64_t LiveSet::Demote(absl::Span<const uint64_t> slot_ids) {
+  int64_t moved = 0;
+  for (const uint64_t id : slot_ids) {
+    auto it = entries_.find(IndexOf(id));
+    if (it == entries_.end()) continue;
+    tier_.insert(*it);
+    entries_.erase(it);
+    ++moved;
+  }
+  return moved;
+}
+
+int64_t LiveSet::Promote(absl::Span<const uint64_t> slot_ids) {
+  int64_t moved = 0;
+  for (const uint64_t id : slot_ids) {
+    const int64_t index = IndexOf(id);
+    if (index < 0) {
+      Append({&id, 1}, {});
+      ++moved;
+      continue;
+    }
+    auto it = tier_.find(index);
+    if (it == tier_.end()) continue;  // Live already.
+    entries_.insert(*it);
+    tier_.erase(it);
+    ++moved;
+  }
+  return moved;
+}
+
+std::vector<uint64_t> LiveSet::TierSlots() const {
+  std::vector<uint64_t> slots;
+  slots.reserve(tier_.size());
+  for (const auto& [index, entry] : tier_) slots.push_back(entry.slot_id);
+  return slots;
+}
+
+std::vector<uint64_t> LiveSet::FailOpenEvictions(
+    const StreamingRule& rule) const {
+  std::vector<uint64_t> live = StreamingEvictions(rule);
+  if (tier_.empty()) return live;
+  // Both lists are in append order: merge them by append index.
+  std::vector<uint64_t> out;
+  out.reserve(live.size() + tier_.size());
+  auto t = tier_.begin();
+  for (const uint64_t id : live) {
+    const int64_t index = index_of_.at(id);
+    for (; t != tier_.end() && t->first < index; ++t) {
+      out.push_back(t->second.slot_id);
+    }
+    out.push_back(id);
+  }
+  for (; t != tier_.end(); ++t) out.push_back(t->second.slot_id);
+  return out;
 }
 
 std::vector<uint64_t> LiveSet::Slots() const {

@@ -176,7 +176,18 @@ absl::StatusOr<StepOutcome> Session::Impl::Collect() {
   const SessionCounters before = counters_;
   absl::StatusOr<StepOutcome> outcome = CollectImpl();
   shared_.totals->AddDelta(before, counters_);
+  if (outcome.ok()) DeliverMoves(*outcome);
   return outcome;
+}
+
+void Session::Impl::DeliverMoves(const StepOutcome& outcome) const {
+  if (config_.tier.capacity <= 0) return;
+  const SessionOptions::TierCallbacks& tier = options_.tier;
+  if (tier.evict && !outcome.evicted.empty()) tier.evict(outcome.evicted);
+  if (tier.demote && !outcome.demoted.empty()) tier.demote(outcome.demoted);
+  if (tier.promote && !outcome.promoted.empty()) {
+    tier.promote(outcome.promoted);
+  }
 }
 
 absl::Status Session::Impl::StepAsyncImpl(const StepRequest& request) {
@@ -338,6 +349,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectBatched(
     return Finish(pending, response->results(index));
   }();
   shared_.totals->AddDelta(before, counters_);
+  if (outcome.ok()) DeliverMoves(*outcome);
   return outcome;
 }
 
@@ -357,7 +369,9 @@ void Session::Impl::Degrade(absl::Status why) {
 StepOutcome Session::Impl::Fallback(const Pending& pending, Cause cause) {
   StepOutcome outcome;
   outcome.step = pending.step;
-  outcome.evicted = live_.StreamingEvictions(rule_);
+  // With a demote tier, every demoted entry too: no one scores them any
+  // more (session.h, "Demote tier"). Without one, the streaming evictions.
+  outcome.evicted = live_.FailOpenEvictions(rule_);
   live_.Remove(outcome.evicted);
   outcome.live = live_.size();
   outcome.budget = rule_.budget;
@@ -445,7 +459,12 @@ absl::StatusOr<StepOutcome> Session::Impl::Finish(
   StepOutcome outcome;
   outcome.step = pending.step;
   outcome.evicted.assign(result.evicted().begin(), result.evicted().end());
+  outcome.demoted.assign(result.demoted().begin(), result.demoted().end());
+  outcome.promoted.assign(result.promoted().begin(), result.promoted().end());
+  // In the order an engine applies them (session.h, "Demote tier").
   live_.Remove(outcome.evicted);
+  live_.Demote(outcome.demoted);
+  live_.Promote(outcome.promoted);
   outcome.live = result.live();
   outcome.budget = result.budget();
   outcome.entropy = result.entropy();
@@ -510,6 +529,7 @@ bool Session::NextStepDecides(int64_t appended) const {
 }
 SessionCounters Session::counters() const { return impl_->counters(); }
 std::vector<uint64_t> Session::LiveSlots() const { return impl_->LiveSlots(); }
+std::vector<uint64_t> Session::TierSlots() const { return impl_->TierSlots(); }
 
 absl::StatusOr<StepOutcome> Session::Step(const StepRequest& request) {
   if (impl_->in_flight() != 0) {

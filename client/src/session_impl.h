@@ -74,6 +74,7 @@ class Session::Impl {
   int in_flight() const { return static_cast<int>(in_flight_.size()); }
   const SessionCounters& counters() const { return counters_; }
   std::vector<uint64_t> LiveSlots() const { return live_.Slots(); }
+  std::vector<uint64_t> TierSlots() const { return live_.TierSlots(); }
 
   // Each adds its counter changes to the Client's totals.
   absl::Status StepAsync(const StepRequest& request);
@@ -128,6 +129,9 @@ class Session::Impl {
   absl::Status Validate(const StepRequest& request, double* entropy,
                         bool* has_entropy) const;
   void Degrade(absl::Status why);
+  // Hands a step's moves to SessionOptions::tier's callbacks (session.h,
+  // "Demote tier"), as the outcome is returned to the engine.
+  void DeliverMoves(const StepOutcome& outcome) const;
   StepOutcome Fallback(const Pending& pending, Cause cause);
 
   // Recovery (session.h): before a step of a degraded session, when its

@@ -191,5 +191,69 @@ TEST(FallbackFixtureTest, TheSharedFixtureIsWhatThisLibraryAnswers) {
       << path << " differs from what the C++ live set answers";
 }
 
+// A demote tier (live_set.h): slots 10..15 at append indices 0..5, 12
+// pinned. Demoting 11 and 13 leaves 10 12 14 15 live; promoting 13 puts it
+// back at index 3, before 14.
+TEST_F(LiveSetTest, DemotedEntriesLeaveAndReturnToTheirAppendPlace) {
+  const std::vector<uint64_t> ids = {10, 11, 12, 13, 14, 15};
+  const std::vector<uint8_t> pinned = {0, 0, 1, 0, 0, 0};
+  live_.Append(ids, pinned);
+  EXPECT_EQ(live_.Demote(std::vector<uint64_t>{11, 13, 99}), 2);
+  EXPECT_THAT(live_.Slots(), ElementsAre(10, 12, 14, 15));
+  EXPECT_THAT(live_.TierSlots(), ElementsAre(11, 13));
+  EXPECT_EQ(live_.size(), 4);
+  EXPECT_EQ(live_.tier_size(), 2);
+  EXPECT_FALSE(live_.Contains(11));
+  EXPECT_TRUE(live_.Demoted(11));
+
+  const uint64_t again = 13;
+  const absl::Status refused = live_.CheckAppend({&again, 1}, {});
+  EXPECT_STATUS_CODE(refused, absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(refused.message(),
+            "append.slot_ids: slot 13 is in the demote tier");
+
+  EXPECT_EQ(live_.Promote(std::vector<uint64_t>{13, 10}), 1);  // 10 is live.
+  EXPECT_THAT(live_.Slots(), ElementsAre(10, 12, 13, 14, 15));
+  EXPECT_THAT(live_.TierSlots(), ElementsAre(11));
+  // The pinned flag travels with the entry.
+  live_.Demote(std::vector<uint64_t>{12});
+  live_.Promote(std::vector<uint64_t>{12});
+  std::vector<uint64_t> slots;
+  std::vector<uint8_t> flags;
+  live_.Entries(&slots, &flags);
+  EXPECT_THAT(slots, ElementsAre(10, 12, 13, 14, 15));
+  EXPECT_THAT(flags, ElementsAre(0, 1, 0, 0, 0));
+  // Remove() drops demoted entries too.
+  EXPECT_EQ(live_.Remove(std::vector<uint64_t>{11}), 1);
+  EXPECT_THAT(live_.TierSlots(), IsEmpty());
+}
+
+// The fail-open decision with a tier: live 10 12(pinned) 13 14 15 and 11
+// demoted, budget 3, sink 10, recent 15 (the newest index, 5): 13 and 14 are
+// the rule's evictions; 11 joins them, all in append order.
+TEST_F(LiveSetTest, FailOpenEvictionsAddTheTierInAppendOrder) {
+  const std::vector<uint64_t> ids = {10, 11, 12, 13, 14, 15};
+  const std::vector<uint8_t> pinned = {0, 0, 1, 0, 0, 0};
+  live_.Append(ids, pinned);
+  live_.Demote(std::vector<uint64_t>{11});
+  const StreamingRule rule{.budget = 3, .sinks = 1, .recent = 1};
+  EXPECT_THAT(live_.StreamingEvictions(rule), ElementsAre(13, 14));
+  EXPECT_THAT(live_.FailOpenEvictions(rule), ElementsAre(11, 13, 14));
+  // With nothing over the budget, the tier alone.
+  EXPECT_THAT(live_.FailOpenEvictions({.budget = 10}), ElementsAre(11));
+  // Without a tier, the same as the streaming rule.
+  live_.Remove(std::vector<uint64_t>{11});
+  EXPECT_THAT(live_.FailOpenEvictions(rule), ElementsAre(13, 14));
+}
+
+// A promoted id the set never held (a session attached with its live
+// entries only) becomes the newest live entry.
+TEST_F(LiveSetTest, PromotingAnUnknownIdAppendsIt) {
+  AppendRange(10, 3);
+  EXPECT_EQ(live_.Promote(std::vector<uint64_t>{77}), 1);
+  EXPECT_THAT(live_.Slots(), ElementsAre(10, 11, 12, 77));
+  EXPECT_EQ(live_.next_index(), 4);
+}
+
 }  // namespace
 }  // namespace entrokv

@@ -12,6 +12,19 @@
 // The live count can stay above the budget only when protected entries alone
 // exceed it.
 //
+// A demote tier (docs/step-semantics.md section 12). The set also records the
+// session's demoted entries, apart from the live ones: Demote() moves live
+// entries to the tier and Promote() moves them back, each keeping its append
+// index and pinned flag, so that a promoted entry returns to its original
+// place in append order (the server numbers it so: a demoted entry keeps its
+// append index and its place among the sinks and the recent window). size(),
+// Slots(), Entries() and StreamingEvictions() see the live entries only;
+// TierSlots() the demoted ones. CheckAppend() refuses an id that is live or
+// demoted, as the server does. FailOpenEvictions() is the local decision of
+// a session with a tier: the streaming evictions of its live entries plus
+// every demoted entry (no one scores them any more; session.h, "Demote
+// tier").
+//
 // Thread-safety: none; a LiveSet belongs to one Session, used by one thread.
 
 #ifndef ENTROKV_CLIENT_LIVE_SET_H_
@@ -38,7 +51,8 @@ class LiveSet {
  public:
   LiveSet() = default;
 
-  // OK when every id is new to the live set and unique within `slot_ids`, and
+  // OK when every id is neither live nor demoted and unique within
+  // `slot_ids`, and
   // `pinned` is empty or as long as `slot_ids`; else InvalidArgument naming
   // "append.slot_ids" or "append.pinned". Changes nothing.
   absl::Status CheckAppend(absl::Span<const uint64_t> slot_ids,
@@ -49,16 +63,38 @@ class LiveSet {
   void Append(absl::Span<const uint64_t> slot_ids,
               absl::Span<const uint8_t> pinned);
 
-  // Removes the given ids; ids that are not live are ignored. Returns how many
-  // were live.
+  // Removes the given ids, live or demoted; other ids are ignored. Returns
+  // how many were held.
   int64_t Remove(absl::Span<const uint64_t> slot_ids);
+
+  // Moves the given live ids to the tier; ids that are not live are ignored.
+  // Returns how many moved.
+  int64_t Demote(absl::Span<const uint64_t> slot_ids);
+  // Moves the given demoted ids back to the live set, each at its own append
+  // index. An id the set does not hold at all (a session attached with its
+  // live entries only, whose server session had demoted entries) becomes the
+  // newest live entry, unpinned, so that the local rule still counts and
+  // evicts it. Live ids are ignored. Returns how many became live.
+  int64_t Promote(absl::Span<const uint64_t> slot_ids);
 
   // The local streaming decision for the current live set: the ids to evict,
   // in append order. Does not remove them (call Remove()).
   std::vector<uint64_t> StreamingEvictions(const StreamingRule& rule) const;
+  // StreamingEvictions(rule) and every demoted id, together in append order.
+  // Does not remove them (call Remove()).
+  std::vector<uint64_t> FailOpenEvictions(const StreamingRule& rule) const;
 
-  bool Contains(uint64_t slot_id) const { return index_of_.contains(slot_id); }
+  // True when `slot_id` is live (not demoted).
+  bool Contains(uint64_t slot_id) const {
+    return entries_.contains(IndexOf(slot_id));
+  }
+  bool Demoted(uint64_t slot_id) const {
+    return tier_.contains(IndexOf(slot_id));
+  }
   int64_t size() const { return static_cast<int64_t>(entries_.size()); }
+  int64_t tier_size() const { return static_cast<int64_t>(tier_.size()); }
+  // Demoted ids in append order.
+  std::vector<uint64_t> TierSlots() const;
   int64_t next_index() const { return next_index_; }
   // Live ids in append order.
   std::vector<uint64_t> Slots() const;
@@ -71,8 +107,15 @@ class LiveSet {
     uint64_t slot_id;
     bool pinned;
   };
-  std::map<int64_t, Entry> entries_;  // By append index.
-  absl::flat_hash_map<uint64_t, int64_t> index_of_;
+  // The append index of a held id; -1 when it is not held.
+  int64_t IndexOf(uint64_t slot_id) const {
+    auto it = index_of_.find(slot_id);
+    return it == index_of_.end() ? -1 : it->second;
+  }
+
+  std::map<int64_t, Entry> entries_;  // Live, by append index.
+  std::map<int64_t, Entry> tier_;     // Demoted, by append index.
+  absl::flat_hash_map<uint64_t, int64_t> index_of_;  // Live and demoted.
   int64_t next_index_ = 0;
 };
 

@@ -89,6 +89,46 @@
 //    or lost with a server restart) is OK too. An offline session's Close()
 //    sends nothing and returns at once.
 //
+// Demote tier (SessionConfig::tier, docs/step-semantics.md section 12,
+// docs/engines.md "A demote tier"). With tier.capacity > 0 the engine keeps
+// a second, slower cache (host memory), and a step's outcome names three
+// disjoint lists, each in append order: `evicted` (drop for good, from the
+// device or the host tier), `demoted` (device to host) and `promoted` (host
+// back to device). The engine applies them in that order -- evicted, then
+// demoted, then promoted -- so that its device never holds more than its
+// live entries after the previous step plus this step's appends.
+//  - Callbacks. SessionOptions::tier hands the moves to the engine inside
+//    the call that returns the step's outcome (Step(), StepPipelined(),
+//    Collect(), Flush(), DecodeBatch::Step()), on the caller's thread,
+//    after the client's own record is updated: first tier.evict(evicted)
+//    (when set), then tier.demote(demoted), then tier.promote(promoted);
+//    each is called only with a non-empty list. The outcome still returns
+//    all three lists: an engine that sets tier.evict frees the evicted
+//    entries there and must not free them again from the outcome; one that
+//    does not frees them after the call (its device then briefly holds the
+//    promoted entries beside the evicted ones). An engine may also leave
+//    the callbacks empty and apply the outcome's lists itself, in the same
+//    order. A pipelined engine gets step t-1's moves during the call that
+//    sends step t.
+//  - Live entries. The client records demoted entries apart from live ones
+//    (live_set.h): LiveSlots() and StepOutcome::live count live entries
+//    only, TierSlots() lists the demoted ones. A promoted entry returns to
+//    its original append position (and pinned flag), as on the server. An
+//    appended slot id must be neither live nor demoted.
+//  - Fail-open. The local `streaming` rule decides over live entries only,
+//    and nothing scores the demoted entries once the server is gone. So the
+//    first locally decided step (a missed deadline, a broken stream, an
+//    offline session) hands every demoted entry back in its `evicted` list,
+//    merged with the rule's own evictions in append order: the engine frees
+//    their host copies, and the tier is empty from then on. Local steps
+//    never demote or promote. A recovery re-sends the live entries only
+//    (live_keys gets live slots), and the new server session starts with an
+//    empty tier, demoting again as its decisions need. A session attached
+//    (Client::Attach) with its live slots only does not know the server
+//    session's demoted entries: one the server later promotes becomes the
+//    newest live entry, and those still demoted at a fail-open are not in
+//    its `evicted` list (the engine frees them itself).
+//
 // Errors: a step the server rejects (bad input: INVALID_ARGUMENT naming the
 // field, RESOURCE_EXHAUSTED past a limit, ...) is returned as that status and
 // leaves the session as it was: the engine may resend a corrected step, which
@@ -96,7 +136,8 @@
 // slot ids) are rejected before anything is sent.
 //
 // Thread-safety: a Session is used by one thread at a time (the engine's
-// decode loop); live_keys is called on that thread, inside a step call.
+// decode loop); live_keys and the tier callbacks are called on that
+// thread, inside a step call.
 // Distinct Sessions are independent and may be used from different threads.
 // A Session does not need its Client to outlive it.
 
@@ -187,6 +228,23 @@ struct SessionOptions {
   // (entrokv/core/sketch.h). They stay in the client: the server never needs
   // them, and an engine that attaches later must pass the same ones.
   std::vector<float> projection;
+  // A demote tier's moves (see "Demote tier" above), for a session whose
+  // config has tier.capacity > 0; ignored otherwise. Each callback is
+  // optional and gets the slot ids of one step in append order, called in
+  // the order evict, demote, promote, only with a non-empty list. The spans
+  // are valid during the call only.
+  struct TierCallbacks {
+    using Moves = std::function<void(absl::Span<const uint64_t> slot_ids)>;
+    // Free these entries for good, from the device or the host tier (the
+    // step's `evicted`). Empty: the engine frees StepOutcome::evicted
+    // itself after the call.
+    Moves evict;
+    // Move these live entries from the device to the host tier.
+    Moves demote;
+    // Move these entries from the host tier back to the device.
+    Moves promote;
+  };
+  TierCallbacks tier;
 };
 
 // One step's input. Spans are read during the call only.
@@ -214,9 +272,14 @@ struct StepRequest {
 
 struct StepOutcome {
   uint64_t step = 0;
-  // The slots to free now, in append order (oldest first).
+  // The slots to free now, in append order (oldest first); with a demote
+  // tier, from the device or the tier (see "Demote tier" above).
   std::vector<uint64_t> evicted;
-  int64_t live = 0;       // Live entries after the evictions.
+  // Demote tier only (empty without one, and on local steps): the entries
+  // to move from the device to the tier, and back, in append order.
+  std::vector<uint64_t> demoted;
+  std::vector<uint64_t> promoted;
+  int64_t live = 0;       // Live (device) entries after the step's moves.
   int64_t budget = 0;     // The step's effective budget.
   double entropy = 0.0;   // The entropy used (0 when none was needed).
   bool fallback = false;  // Decided locally, not by the server.
@@ -284,6 +347,9 @@ class Session {
   SessionCounters counters() const;
   // Live entries as this client knows them, in append order.
   std::vector<uint64_t> LiveSlots() const;
+  // Demote tier: the demoted entries as this client knows them, in append
+  // order (empty without a tier, and after a fail-open).
+  std::vector<uint64_t> TierSlots() const;
 
   // Sends one step and waits for its evictions (or decides locally when the
   // deadline passes). Errors: InvalidArgument for input the client rejects,
