@@ -1,7 +1,8 @@
 """The demote tier (docs/step-semantics.md section 12) against an independent
 numpy model of the section, through a tiny C++ program (cpp/tier_dump.cc)
 that steps a CPU session of the build tree's core library (skipped when g++
-or the library is missing; the wire carries no tier yet).
+or the library is missing). test_tier_client.py runs the same model through
+the Python client and a server.
 
 One layer and head, f32, a fixed budget; keys and queries are small integers,
 so every logit is a multiple of 1/2, exact in float and double, and distinct

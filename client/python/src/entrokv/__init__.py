@@ -19,7 +19,7 @@ from .batch import BatchStep, DecodeBatch
 from .client import Client, ServerInfo, SessionInfo, SessionStats
 from .errors import EntroKvError
 from .live_set import LiveSet, StreamingRule
-from .session import Session, SessionCounters, StepOutcome
+from .session import Session, SessionCounters, StepOutcome, TierCallbacks
 from .shadow import (PolicyReport, RecallSummary, ShadowRequest,
                      ShadowStats)
 from .sketch import Sketcher, default_projection, splitmix64
@@ -31,7 +31,7 @@ __all__ = [
     "F16Bits", "LiveSet", "PolicyReport", "Protection", "RecallSummary", "ServerInfo", "Session", "SessionConfig",
     "SessionCounters", "SessionInfo", "SessionStats", "ShadowRequest",
     "ShadowStats", "Shape", "Sketcher",
-    "StepOutcome", "StreamingRule", "apply_policy_name", "default_projection",
+    "StepOutcome", "StreamingRule", "TierCallbacks", "apply_policy_name", "default_projection",
     "default_scored_layers", "entropy_of_logits", "policy_needs_entropy",
     "splitmix64", "validate_config",
 ]

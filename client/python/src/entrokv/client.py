@@ -53,7 +53,7 @@ from .decode_stream import DecodeStream, seconds_left
 from .environment import (DEFAULT_CREATE_DEADLINE, DEFAULT_STEP_DEADLINE,
                           env_step_deadline, env_target)
 from .errors import SERVER_SIDE, EntroKvError, invalid
-from .session import Session, SessionCounters
+from .session import Session, SessionCounters, TierCallbacks
 from .session_setup import attach_on, create_server_session
 from .shadow import ShadowRequest, ShadowStats, stats_from_proto
 from .sketch import Sketcher
@@ -134,6 +134,10 @@ class SessionStats:
     evicted: int = 0
     bytes_held: int = 0
     placement: str = "cpu"
+    # Demote tier (0 without one): entries in the tier now, moves answered.
+    tier_held: int = 0
+    demoted: int = 0
+    promoted: int = 0
 
 
 @dataclass
@@ -174,7 +178,8 @@ def _info_from_proto(m) -> SessionInfo:
             live=s.live, peak_live=s.peak_live, budget=s.budget, steps=s.steps,
             last_step=s.last_step if s.HasField("last_step") else None,
             appended=s.appended, evicted=s.evicted, bytes_held=s.bytes_held,
-            placement=_config._enum(s.placement, _config.PLACEMENTS, "cpu")),
+            placement=_config._enum(s.placement, _config.PLACEMENTS, "cpu"),
+            tier_held=s.tier_held, demoted=s.demoted, promoted=s.promoted),
         attached=m.attached, idle=m.idle_ms / 1000.0,
         shadows=stats_from_proto(m.shadows) if m.HasField("shadows") else None)
 
@@ -313,6 +318,7 @@ class Client:
                        max_recovery_interval: float = 5.0,
                        recovery_jitter: float = 0.2,
                        shadowing: Optional[ShadowRequest] = None,
+                       tier: Optional[TierCallbacks] = None,
                        _batch: Optional["DecodeBatch"] = None,
                        **config_fields: Any) -> Session:
         """Creates a server session and attaches a Decode stream to it.
@@ -333,6 +339,9 @@ class Client:
         shadowing: shadow policies the server runs beside this session's
             own (entrokv.ShadowRequest; get_session(id).shadows reports
             them); a recovered session asks for them again, afresh.
+        tier: a TierCallbacks for a session with a demote tier
+            (tier_capacity > 0): evict, demote and promote are called with
+            each step's moves, in that order (see Session).
         Raises EntroKvError for the caller's errors (INVALID_ARGUMENT naming a
         bad config field, ALREADY_EXISTS, FAILED_PRECONDITION, ...). Other
         failures give an offline session unless offline_when_unavailable=False.
@@ -359,7 +368,7 @@ class Client:
             requested=cfg, live_keys=live_keys,
             recovery_interval=recovery_interval,
             max_recovery_interval=max_recovery_interval,
-            recovery_jitter=recovery_jitter, shadowing=shadowing)
+            recovery_jitter=recovery_jitter, shadowing=shadowing, tier=tier)
 
         def offline(why: EntroKvError) -> Session:
             # The channel keeps reconnecting only while a call is in flight
@@ -412,10 +421,13 @@ class Client:
                live_keys: Optional[Callable[[List[int]], Any]] = None,
                recovery_interval: float = 0.5,
                max_recovery_interval: float = 5.0,
-               recovery_jitter: float = 0.2) -> Session:
+               recovery_jitter: float = 0.2,
+               tier: Optional[TierCallbacks] = None) -> Session:
         """Attaches to an existing session (e.g. after the engine's stream
         broke). The next step is the server's last step + 1; `live_slots` are
-        the slots the engine still holds for it, in append order. Never fails
+        the slots the engine still holds for it, in append order (live ones:
+        with a demote tier, its demoted entries are unknown to this session;
+        one the server promotes becomes the newest live entry). Never fails
         open. Raises EntroKvError (NOT_FOUND, FAILED_PRECONDITION, ...)."""
         create_deadline = (self.create_deadline if create_deadline is None
                            else create_deadline)
@@ -442,7 +454,7 @@ class Client:
                           stream=stream, live_keys=live_keys,
                           recovery_interval=recovery_interval,
                           max_recovery_interval=max_recovery_interval,
-                          recovery_jitter=recovery_jitter)
+                          recovery_jitter=recovery_jitter, tier=tier)
         session._live.append(slot_list(list(live_slots)), [])
         return session
 

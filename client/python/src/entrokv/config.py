@@ -113,6 +113,12 @@ class SessionConfig:
     threshold_tau: float = 0.01
     rkv_lambda: float = 0.1  # rkv ranking: lambda in lambda*a - (1-lambda)*R.
     rkv_sample: int = 64  # rkv ranking: reference keys of the redundancy.
+    # Demote tier (docs/step-semantics.md section 12): D entries in the
+    # engine's host memory (0: no tier), the promotion margin m on the keep
+    # score's scale, and the most promotions P per decision step.
+    tier_capacity: int = 0
+    tier_promote_margin: float = 0.0
+    tier_max_promotions: int = 8
     streaming_sinks: int = 4
     seed: int = 0
     protection: Protection = field(default_factory=Protection)
@@ -301,6 +307,32 @@ def validate_config(c: SessionConfig) -> None:
                           "the one before (the list must be strictly increasing)")
     if c.placement not in PLACEMENTS:
         raise bad("placement", "unknown placement")
+    # The demote tier: its ranges always, its policies with a tier.
+    if c.tier_capacity < 0 or c.tier_capacity > _MAX_BUDGET:
+        raise bad("tier.capacity",
+                  f"{c.tier_capacity} is outside [0, 2^40] (0: no tier)")
+    if not (c.tier_promote_margin >= 0.0 and math.isfinite(c.tier_promote_margin)):
+        raise bad("tier.promote_margin",
+                  f"{_g(c.tier_promote_margin)} is not finite and >= 0")
+    if c.tier_max_promotions < 0 or c.tier_max_promotions > _MAX_BUDGET:
+        raise bad("tier.max_promotions",
+                  f"{c.tier_max_promotions} is outside [0, 2^40]")
+    if c.tier_capacity > 0:
+        if c.ranking in ("window", "streaming"):
+            raise bad("tier.capacity",
+                      f"ranking {c.ranking} scores by append index: a demoted "
+                      "entry is older than every live candidate and could "
+                      "never be promoted")
+        if c.budget_control == "threshold":
+            raise bad("tier.capacity",
+                      "the threshold budget control sets the live count by "
+                      "tau, not by the budget the tier's moves are defined "
+                      "against")
+        if c.block_size > 1:
+            raise bad("tier.capacity",
+                      f"block_size {c.block_size}: blocks are evicted whole, "
+                      "and demoting blocks is not defined (token granularity "
+                      "only)")
 
 
 # --- Wire form ---------------------------------------------------------------
@@ -334,6 +366,12 @@ def to_proto(c: SessionConfig, pb2) -> "object":
     m.threshold.tau = c.threshold_tau
     setattr(m.rkv, "lambda", c.rkv_lambda)
     m.rkv.sample = c.rkv_sample
+    if (c.tier_capacity, c.tier_promote_margin, c.tier_max_promotions) != (0, 0.0, 8):
+        # Only when not the default (no tier), as C++ ToProto: a session
+        # without a tier is written as before the tier existed.
+        m.tier.capacity = c.tier_capacity
+        m.tier.promote_margin = c.tier_promote_margin
+        m.tier.max_promotions = c.tier_max_promotions
     m.streaming_sinks = c.streaming_sinks
     m.seed = c.seed
     m.protection.sinks = c.protection.sinks
@@ -399,6 +437,9 @@ def from_proto(m, base: Optional[SessionConfig] = None) -> SessionConfig:
         threshold_tau=_opt(m.threshold, "tau", b.threshold_tau),
         rkv_lambda=_opt(m.rkv, "lambda", b.rkv_lambda),
         rkv_sample=_opt(m.rkv, "sample", b.rkv_sample),
+        tier_capacity=_opt(m.tier, "capacity", b.tier_capacity),
+        tier_promote_margin=_opt(m.tier, "promote_margin", b.tier_promote_margin),
+        tier_max_promotions=_opt(m.tier, "max_promotions", b.tier_max_promotions),
         streaming_sinks=_opt(m, "streaming_sinks", b.streaming_sinks),
         seed=m.seed or b.seed,
         protection=Protection(

@@ -1,5 +1,13 @@
 """The client's record of a session's live entries and the local `streaming`
-decision it falls back to (the rule of client/src/live_set.cc, exactly)."""
+decision it falls back to (the rule of client/src/live_set.cc, exactly).
+
+With a demote tier (docs/step-semantics.md section 12) it also records the
+demoted entries apart from the live ones: demote() and promote() move an
+entry between them keeping its append index and pinned flag, so a promoted
+entry returns to its original place in append order. len(), slots(),
+entries() and streaming_evictions() see live entries only; tier_slots() the
+demoted ones; fail_open_evictions() adds every demoted entry to the
+streaming evictions (see Session, "Demote tier")."""
 
 from __future__ import annotations
 
@@ -21,16 +29,23 @@ class LiveSet:
     """Live entries by append index (0, 1, 2, ... as the server numbers them)."""
 
     def __init__(self) -> None:
-        # Python dicts keep insertion order, which is append order here.
-        self._entries: Dict[int, tuple] = {}  # index -> (slot_id, pinned)
-        self._index_of: Dict[int, int] = {}
+        self._entries: Dict[int, tuple] = {}  # Live: index -> (slot_id, pinned)
+        self._tier: Dict[int, tuple] = {}  # Demoted, likewise.
+        self._index_of: Dict[int, int] = {}  # Live and demoted.
         self.next_index = 0
 
     def __len__(self) -> int:
         return len(self._entries)
 
     def __contains__(self, slot_id: int) -> bool:
-        return slot_id in self._index_of
+        """True when `slot_id` is live (not demoted)."""
+        return self._index_of.get(slot_id, -1) in self._entries
+
+    def demoted(self, slot_id: int) -> bool:
+        return self._index_of.get(slot_id, -1) in self._tier
+
+    def tier_size(self) -> int:
+        return len(self._tier)
 
     def check_append(self, slot_ids: Sequence[int], pinned: Sequence[bool]) -> None:
         """Raises INVALID_ARGUMENT naming append.pinned / append.slot_ids."""
@@ -40,7 +55,9 @@ class LiveSet:
         seen = set()
         for sid in slot_ids:
             if sid in self._index_of:
-                raise invalid(f"append.slot_ids: slot {sid} is already live")
+                where = ("is in the demote tier" if self._index_of[sid] in self._tier
+                         else "is already live")
+                raise invalid(f"append.slot_ids: slot {sid} {where}")
             if sid in seen:
                 raise invalid(f"append.slot_ids: slot {sid} appears twice")
             seen.add(sid)
@@ -58,18 +75,55 @@ class LiveSet:
             index = self._index_of.pop(sid, None)
             if index is None:
                 continue
-            del self._entries[index]
+            self._entries.pop(index, None)
+            self._tier.pop(index, None)
             removed += 1
         return removed
 
+    def demote(self, slot_ids: Sequence[int]) -> int:
+        """Moves live ids to the tier (others are ignored); how many moved."""
+        moved = 0
+        for sid in slot_ids:
+            index = self._index_of.get(sid, -1)
+            if index in self._entries:
+                self._tier[index] = self._entries.pop(index)
+                moved += 1
+        return moved
+
+    def promote(self, slot_ids: Sequence[int]) -> int:
+        """Moves demoted ids back to the live set at their own append index.
+        An id not held at all (a session attached with its live entries only)
+        becomes the newest live entry; live ids are ignored. How many became
+        live."""
+        moved = 0
+        for sid in slot_ids:
+            index = self._index_of.get(sid)
+            if index is None:
+                self.append([sid], [])
+                moved += 1
+            elif index in self._tier:
+                self._entries[index] = self._tier.pop(index)
+                moved += 1
+        return moved
+
     def slots(self) -> List[int]:
         """Live ids in append order."""
-        return [sid for sid, _ in self._entries.values()]
+        return [sid for _, (sid, _) in sorted(self._entries.items())]
+
+    def tier_slots(self) -> List[int]:
+        """Demoted ids in append order."""
+        return [sid for _, (sid, _) in sorted(self._tier.items())]
 
     def entries(self) -> Tuple[List[int], List[bool]]:
         """Live ids and their pinned flags, in append order."""
-        values = list(self._entries.values())
+        values = [v for _, v in sorted(self._entries.items())]
         return [sid for sid, _ in values], [p for _, p in values]
+
+    def fail_open_evictions(self, rule: StreamingRule) -> List[int]:
+        """streaming_evictions(rule) and every demoted id, in append order;
+        does not remove them."""
+        ids = self.streaming_evictions(rule) + self.tier_slots()
+        return sorted(ids, key=self._index_of.__getitem__)
 
     def streaming_evictions(self, rule: StreamingRule) -> List[int]:
         """Keeps sinks, pinned and the `recent` newest; evicts the oldest of

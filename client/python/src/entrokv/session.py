@@ -18,6 +18,18 @@ guarantees:
   and re-sends the live entries' keys (see Session).
 - Inputs the client can check (sizes, duplicate slot ids, entropy) are rejected
   before anything is sent, with C++'s messages (they name the field).
+- Demote tier (``tier_capacity`` > 0; session.h's "Demote tier", exactly): a
+  step's outcome names ``evicted``, ``demoted`` and ``promoted``, disjoint and
+  in append order, and the engine applies them in that order. ``tier`` (a
+  TierCallbacks) hands them over inside the call that returns the outcome
+  (step, step_pipelined, collect, flush, DecodeBatch.step): evict, then
+  demote, then promote, each only with a non-empty list; the outcome still
+  carries all three (an engine that sets ``evict`` frees them there, not
+  again). A promoted entry returns to its own append position in
+  live_slots(); tier_slots() lists the demoted ones. Fail-open: the first
+  locally decided step hands every demoted entry back in its ``evicted``
+  (merged with the rule's evictions in append order) and the tier is empty
+  from then on; a recovery re-sends live entries only.
 
 Thread-safety: a Session is used by one thread at a time (the engine's decode
 loop).
@@ -83,12 +95,29 @@ class SessionCounters:
 
 
 @dataclass
+class TierCallbacks:
+    """A demote tier's moves, handed to the engine (see the module
+    docstring); each optional, called with a non-empty list of slot ids in
+    append order, in the order evict, demote, promote."""
+
+    # Free these for good, from the device or the host tier (the outcome's
+    # ``evicted``). None: the engine frees outcome.evicted after the call.
+    evict: Optional[Callable[[List[int]], Any]] = None
+    demote: Optional[Callable[[List[int]], Any]] = None  # Device to host.
+    promote: Optional[Callable[[List[int]], Any]] = None  # Host to device.
+
+
+@dataclass
 class StepOutcome:
-    """One step's answer. Free the slots in ``evicted`` (append order)."""
+    """One step's answer. Free the slots in ``evicted`` (append order); with
+    a demote tier, move ``demoted`` to the host tier and ``promoted`` back,
+    in that order."""
 
     step: int
     evicted: List[int] = field(default_factory=list)
-    live: int = 0  # Live entries after the evictions.
+    demoted: List[int] = field(default_factory=list)
+    promoted: List[int] = field(default_factory=list)
+    live: int = 0  # Live (device) entries after the step's moves.
     budget: int = 0  # The step's effective budget B_t.
     entropy: float = 0.0  # The entropy used (0 when none was needed).
     fallback: bool = False  # Decided locally, not by the server.
@@ -154,7 +183,8 @@ class Session(SessionRecovery):
                  recovery_interval: float = 0.5,
                  max_recovery_interval: float = 5.0,
                  recovery_jitter: float = 0.2,
-                 shadowing: Optional["ShadowRequest"] = None) -> None:
+                 shadowing: Optional["ShadowRequest"] = None,
+                 tier: Optional[TierCallbacks] = None) -> None:
         self._client = client
         self._id = session_id
         self._config = config
@@ -168,6 +198,7 @@ class Session(SessionRecovery):
         self._sketcher = sketcher
         self._stream = stream
         self._live = LiveSet()
+        self._tier = tier if tier is not None else TierCallbacks()
         self._in_flight: Deque[_Pending] = collections.deque()
         self._counters = SessionCounters()
         client._register(self._counters)
@@ -243,6 +274,11 @@ class Session(SessionRecovery):
 
     def counters(self) -> SessionCounters:
         return self._counters.copy()
+
+    def tier_slots(self) -> List[int]:
+        """Demote tier: the demoted entries as this client knows them, in
+        append order (empty without a tier, and after a fail-open)."""
+        return self._live.tier_slots()
 
     def live_slots(self) -> List[int]:
         """Live entries as this client knows them, in append order."""
@@ -324,6 +360,21 @@ class Session(SessionRecovery):
 
     def collect(self) -> StepOutcome:
         """Waits for the oldest step in flight (deadline counted from its send)."""
+        return self._deliver(self._collect())
+
+    def _deliver(self, outcome: StepOutcome) -> StepOutcome:
+        """Hands a step's moves to the tier callbacks as the outcome is
+        returned to the engine (a session with a tier only)."""
+        if self._config.tier_capacity > 0:
+            t = self._tier
+            for callback, ids in ((t.evict, outcome.evicted),
+                                  (t.demote, outcome.demoted),
+                                  (t.promote, outcome.promoted)):
+                if callback is not None and ids:
+                    callback(list(ids))
+        return outcome
+
+    def _collect(self) -> StepOutcome:
         if not self._in_flight:
             raise failed_precondition("entrokv: no step in flight")
         pending = self._in_flight.popleft()
@@ -516,6 +567,10 @@ class Session(SessionRecovery):
 
     def _collect_batched(self, response, error: Optional[EntroKvError],
                          index: int) -> StepOutcome:
+        return self._deliver(self._settle_batched(response, error, index))
+
+    def _settle_batched(self, response, error: Optional[EntroKvError],
+                        index: int) -> StepOutcome:
         pending = self._in_flight.popleft()
         if pending.decided is not None:
             return pending.decided
@@ -557,7 +612,9 @@ class Session(SessionRecovery):
         return self._fallback(pending, "unavailable" if self._offline else "degraded")
 
     def _fallback(self, pending: _Pending, cause: str) -> StepOutcome:
-        evicted = self._live.streaming_evictions(self._rule)
+        # With a demote tier, every demoted entry too: no one scores them
+        # any more. Without one, the streaming evictions.
+        evicted = self._live.fail_open_evictions(self._rule)
         self._live.remove(evicted)
         c = self._counters
         c.steps += 1
@@ -590,12 +647,18 @@ class Session(SessionRecovery):
             self._recovery_wait = self._recovery_interval
             self._client._state_log.recovered()
         evicted = list(result.evicted)
+        demoted = list(result.demoted)
+        promoted = list(result.promoted)
+        # In the order an engine applies them.
         self._live.remove(evicted)
+        self._live.demote(demoted)
+        self._live.promote(promoted)
         c = self._counters
         c.steps += 1
         c.server_steps += 1
         c.evicted_by_server += len(evicted)
-        return StepOutcome(step=pending.step, evicted=evicted, live=result.live,
+        return StepOutcome(step=pending.step, evicted=evicted, demoted=demoted,
+                           promoted=promoted, live=result.live,
                            budget=result.budget, entropy=result.entropy,
                            deferred=result.deferred,
                            latency=time.monotonic() - pending.sent,
