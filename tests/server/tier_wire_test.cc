@@ -285,6 +285,36 @@ TEST_F(TierWireTest, RefusedTiersNameTheField) {
               HasSubstr("config.tier.promote_margin: "));
 }
 
+// The shadows see the session's live set follow its moves: the primary's
+// report counts live entries, not the demoted ones it still holds.
+TEST_F(TierWireTest, ShadowsFollowTheSessionsDemotionsAndPromotions) {
+  StartServer();
+  v1::CreateSessionRequest request;
+  *request.mutable_config() = Wire(TovaConfig(6));
+  v1::SessionConfig shadow;
+  shadow.set_policy("h2o");
+  shadow.set_budget(8);
+  *request.mutable_shadowing()->add_policies() = shadow;
+  grpc::ClientContext context;
+  v1::CreateSessionResponse created;
+  ASSERT_TRUE(stub_->CreateSession(&context, request, &created).ok());
+  const std::string id = created.session_id();
+  {
+    DecodeStream stream(stub_.get());
+    ASSERT_OK(stream.Attach(id));
+    WireStepSource source(SmallShape(ElementType::kF32), 5, id, 10);
+    for (int t = 0; t < 60; ++t) ASSERT_OK(stream.Step(source.Next()).status());
+    // The half-close detaches the session after its shadows' work has run.
+    ASSERT_OK(stream.Close());
+  }
+  ASSERT_OK_AND_ASSIGN(v1::SessionInfo info, GetSession(stub_.get(), id));
+  ASSERT_TRUE(info.has_shadows());
+  EXPECT_EQ(info.shadows().steps_observed(), 60);
+  EXPECT_GT(info.stats().tier_held(), 0);  // Else the check says little.
+  EXPECT_GT(info.stats().promoted(), 0);
+  EXPECT_EQ(info.shadows().primary().live(), info.stats().live());
+}
+
 // A step of a tier session that the server rejects carries no moves.
 TEST_F(TierWireTest, RejectedStepCarriesNoMoves) {
   StartServer();
