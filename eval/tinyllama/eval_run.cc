@@ -34,9 +34,8 @@ absl::Status Evaluate(const Model& model,
   // holds more entries than seq_len.
   const TierParams& tier = run->config.tier;
   if (tier.capacity > 0) {
-    options.host_capacity = static_cast<int>(
-        std::min<int64_t>(tier.capacity + tier.max_promotions,
-                          model.config().seq_len));
+    options.host_capacity = static_cast<int>(std::min<int64_t>(
+        tier.capacity + tier.max_promotions, model.config().seq_len));
   }
   options.keep_per_token_nll =
       run->keep_token_nll || run->key_tokens != nullptr;

@@ -27,17 +27,17 @@ namespace {
 
 // The tier's parameters, from the flags.
 struct TierGrid {
-  double share = 1.0;            // D = round(share · B).
-  std::vector<double> margins;   // m; the first is the default.
-  std::vector<int64_t> caps;     // P; the first is the default.
+  double share = 1.0;           // D = round(share · B).
+  std::vector<double> margins;  // m; the first is the default.
+  std::vector<int64_t> caps;    // P; the first is the default.
 };
 
 absl::StatusOr<TierGrid> GridFromFlags() {
   TierGrid g;
   g.share = absl::GetFlag(FLAGS_tier_share);
   if (!(g.share > 0.0) || !std::isfinite(g.share)) {
-    return BadInput(absl::InvalidArgumentError(absl::StrCat(
-        "--tier_share: ", g.share, "; want a finite value > 0")));
+    return BadInput(absl::InvalidArgumentError(
+        absl::StrCat("--tier_share: ", g.share, "; want a finite value > 0")));
   }
   for (absl::string_view part : absl::StrSplit(
            absl::GetFlag(FLAGS_tier_margins), ',', absl::SkipEmpty())) {
@@ -71,8 +71,8 @@ SessionConfig At(SessionConfig config, int64_t budget, const TierParams* tier,
   config.budget = budget;
   if (tier != nullptr) {
     config.tier = *tier;
-    config.tier.capacity = std::max<int64_t>(
-        1, std::llround(share * static_cast<double>(budget)));
+    config.tier.capacity =
+        std::max<int64_t>(1, std::llround(share * static_cast<double>(budget)));
   } else {
     config.tier = TierParams{};
   }
@@ -230,10 +230,11 @@ absl::Status TierComparison(const Model& model,
     for (int i : r.split.test) nll += r.full.story_nll[i];
     r.full_test_ppl = std::exp(nll / static_cast<double>(r.test_tokens));
   }
-  std::printf("tier: %zu tuning stories, %zu test stories (%lld scored "
-              "tokens); full cache on the test stories: ppl %.4f\n",
-              r.split.tune.size(), r.split.test.size(),
-              static_cast<long long>(r.test_tokens), r.full_test_ppl);
+  std::printf(
+      "tier: %zu tuning stories, %zu test stories (%lld scored "
+      "tokens); full cache on the test stories: ppl %.4f\n",
+      r.split.tune.size(), r.split.test.size(),
+      static_cast<long long>(r.test_tokens), r.full_test_ppl);
   if (r.long_window > 0) {
     ENTROKV_RETURN_IF_ERROR(KeyTokens(model, test_stories, decider, &r));
   }
@@ -283,7 +284,8 @@ absl::Status TierComparison(const Model& model,
   ENTROKV_RETURN_IF_ERROR(RunTasks(std::move(tasks), threads));
 
   // The report.
-  std::string md = "# Demote tier against eviction only (entrokv-eval --tier)\n\n";
+  std::string md =
+      "# Demote tier against eviction only (entrokv-eval --tier)\n\n";
   absl::StrAppendFormat(
       &md,
       "Test stories %d–%d (%zu stories, %lld scored tokens); full cache "
@@ -306,8 +308,8 @@ absl::Status TierComparison(const Model& model,
         static_cast<long long>(tune_budget),
         static_cast<long long>(std::max<int64_t>(
             1, std::llround(grid.share * static_cast<double>(tune_budget)))),
-        absl::StrJoin(grid.margins, ", "),
-        static_cast<long long>(grid.caps[0]), absl::StrJoin(grid.caps, ", "));
+        absl::StrJoin(grid.margins, ", "), static_cast<long long>(grid.caps[0]),
+        absl::StrJoin(grid.caps, ", "));
     for (size_t i = 0; i < policies.size(); ++i) {
       const Tuned& t = tuned[i];
       absl::StrAppendFormat(&md, "| %s | none | %.4f | | |\n",
@@ -316,11 +318,11 @@ absl::Status TierComparison(const Model& model,
         const bool chosen =
             c->config.tier.promote_margin == t.chosen.promote_margin &&
             c->config.tier.max_promotions == t.chosen.max_promotions;
-        absl::StrAppendFormat(
-            &md, "| %s | %s%s | %.4f | %.3f | %.0f |\n",
-            PolicyName(policies[i]), TierText(c->config.tier),
-            chosen ? " (chosen)" : "", c->ppl(), c->promotions_per_step(),
-            c->bytes_moved_per_step());
+        absl::StrAppendFormat(&md, "| %s | %s%s | %.4f | %.3f | %.0f |\n",
+                              PolicyName(policies[i]), TierText(c->config.tier),
+                              chosen ? " (chosen)" : "", c->ppl(),
+                              c->promotions_per_step(),
+                              c->bytes_moved_per_step());
       }
     }
     absl::StrAppend(&md, "\n");
@@ -347,8 +349,10 @@ absl::Status TierComparison(const Model& model,
         &md,
         "| window+fixed | %lld | %.2f | %.4f | | | %s | | | | | | | | %.1f |\n",
         static_cast<long long>(budgets[k]), w.mean_live(), w.ppl(),
-        keys ? Num(LongPerplexity(Sum(w.story_key_nll), Sum(w.story_key_tokens)), 3)
-             : std::string(""),
+        keys
+            ? Num(LongPerplexity(Sum(w.story_key_nll), Sum(w.story_key_tokens)),
+                  3)
+            : std::string(""),
         w.seconds);
   }
   for (size_t i = 0; i < policies.size(); ++i) {
@@ -359,13 +363,13 @@ absl::Status TierComparison(const Model& model,
           e.story_nll, t.story_nll, t.story_tokens, resamples, seed, 0.95);
       std::string long_e, long_t, long_d;
       if (keys != nullptr) {
-        long_e = Num(LongPerplexity(Sum(e.story_key_nll),
-                                    Sum(e.story_key_tokens)), 3);
-        long_t = Num(LongPerplexity(Sum(t.story_key_nll),
-                                    Sum(t.story_key_tokens)), 3);
-        long_d = Pct(PairedBootstrap(e.story_key_nll, t.story_key_nll,
-                                     t.story_key_tokens, resamples, seed,
-                                     0.95));
+        long_e = Num(
+            LongPerplexity(Sum(e.story_key_nll), Sum(e.story_key_tokens)), 3);
+        long_t = Num(
+            LongPerplexity(Sum(t.story_key_nll), Sum(t.story_key_tokens)), 3);
+        long_d =
+            Pct(PairedBootstrap(e.story_key_nll, t.story_key_nll,
+                                t.story_key_tokens, resamples, seed, 0.95));
       }
       const double steps = static_cast<double>(t.predicted);
       absl::StrAppendFormat(
@@ -388,7 +392,8 @@ absl::Status TierComparison(const Model& model,
       "bytes_moved,peak_host,seconds\n";
   auto row = [&](const Run& run) {
     absl::StrAppendFormat(
-        &csv, "%s,%lld,%g,%lld,%lld,%zu,%lld,%.6f,%s,%.4f,%lld,%lld,%lld,"
+        &csv,
+        "%s,%lld,%g,%lld,%lld,%zu,%lld,%.6f,%s,%.4f,%lld,%lld,%lld,"
         "%lld,%lld,%lld,%.2f\n",
         run.policy, static_cast<long long>(run.config.tier.capacity),
         run.config.tier.promote_margin,
@@ -398,7 +403,8 @@ absl::Status TierComparison(const Model& model,
         run.story_key_nll.empty()
             ? std::string("")
             : Num(LongPerplexity(Sum(run.story_key_nll),
-                                 Sum(run.story_key_tokens)), 6),
+                                 Sum(run.story_key_tokens)),
+                  6),
         run.mean_live(), static_cast<long long>(run.peak_live),
         static_cast<long long>(run.evicted),
         static_cast<long long>(run.demoted),

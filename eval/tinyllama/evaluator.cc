@@ -117,16 +117,16 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
         status = cache.Demote(slot);
         if (!status.ok()) {
           return absl::Status(
-              status.code(), absl::StrCat("position ", t, ": demoting: ",
-                                          status.message()));
+              status.code(),
+              absl::StrCat("position ", t, ": demoting: ", status.message()));
         }
       }
       for (uint64_t slot : moves.promoted) {
         status = cache.Promote(slot);
         if (!status.ok()) {
           return absl::Status(
-              status.code(), absl::StrCat("position ", t, ": promoting: ",
-                                          status.message()));
+              status.code(),
+              absl::StrCat("position ", t, ": promoting: ", status.message()));
         }
       }
       pending.pop_front();

@@ -80,9 +80,9 @@ absl::Status KvCache::Demote(uint64_t slot) {
   }
   auto host = std::find(host_used_.begin(), host_used_.end(), 0);
   if (host == host_used_.end()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "kv cache: demoting slot ", slot, ": all ", host_capacity_,
-        " host rows are taken"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("kv cache: demoting slot ", slot, ": all ", host_capacity_,
+                     " host rows are taken"));
   }
   *host = 1;
   const int host_row = static_cast<int>(host - host_used_.begin());
@@ -100,14 +100,14 @@ absl::Status KvCache::Demote(uint64_t slot) {
 
 absl::Status KvCache::Promote(uint64_t slot) {
   if (!Valid(slot) || host_row_[slot] < 0) {
-    return absl::NotFoundError(absl::StrCat(
-        "kv cache: promoting slot ", slot, ", which is not demoted"));
+    return absl::NotFoundError(absl::StrCat("kv cache: promoting slot ", slot,
+                                            ", which is not demoted"));
   }
   auto free = std::find(device_used_.begin(), device_used_.end(), 0);
   if (free == device_used_.end()) {
-    return absl::ResourceExhaustedError(absl::StrCat(
-        "kv cache: promoting slot ", slot, ": all ", capacity_,
-        " device rows are live"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat("kv cache: promoting slot ", slot, ": all ", capacity_,
+                     " device rows are live"));
   }
   *free = 1;
   const int row = static_cast<int>(free - device_used_.begin());
@@ -118,9 +118,8 @@ absl::Status KvCache::Promote(uint64_t slot) {
   device_row_[slot] = row;
   // Back in position order: after every live entry written before it.
   const int position = positions_[slot];
-  auto at = std::find_if(live_.begin(), live_.end(), [&](int s) {
-    return positions_[s] > position;
-  });
+  auto at = std::find_if(live_.begin(), live_.end(),
+                         [&](int s) { return positions_[s] > position; });
   live_.insert(at, static_cast<int>(slot));
   peak_live_ = std::max(peak_live_, live_count());
   --demoted_count_;

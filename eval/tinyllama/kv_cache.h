@@ -117,16 +117,16 @@ class KvCache {
   int kv_dim_;
   int capacity_;
   int host_capacity_;
-  std::vector<float> keys_;         // Device: [row][layer][kv_dim].
-  std::vector<float> values_;       // Device: [row][layer][kv_dim].
-  std::vector<float> host_keys_;    // Host: [row][layer][kv_dim].
-  std::vector<float> host_values_;  // Host: [row][layer][kv_dim].
-  std::vector<int> positions_;      // Per id; -1 when free.
-  std::vector<int> device_row_;     // Per id; -1 when not live.
-  std::vector<int> host_row_;       // Per id; -1 when not demoted.
+  std::vector<float> keys_;           // Device: [row][layer][kv_dim].
+  std::vector<float> values_;         // Device: [row][layer][kv_dim].
+  std::vector<float> host_keys_;      // Host: [row][layer][kv_dim].
+  std::vector<float> host_values_;    // Host: [row][layer][kv_dim].
+  std::vector<int> positions_;        // Per id; -1 when free.
+  std::vector<int> device_row_;       // Per id; -1 when not live.
+  std::vector<int> host_row_;         // Per id; -1 when not demoted.
   std::vector<uint8_t> device_used_;  // Per device row.
   std::vector<uint8_t> host_used_;    // Per host row.
-  std::vector<int> live_;           // Live slots in append order.
+  std::vector<int> live_;             // Live slots in append order.
   int demoted_count_ = 0;
   int peak_demoted_ = 0;
   int peak_live_ = 0;

@@ -121,8 +121,10 @@ TEST_F(HostTierTest, DemotedEntriesAreNotAttendedUntilPromoted) {
     int64_t live_sum = 0, demoted = 0, promoted = 0;
     for (int64_t s = 0; s < n; ++s) {
       live_sum += s == 0 ? 1 : s % 2 == 1 ? 2 : s + 1;
-      if (s % 2 == 0) demoted += s;
-      else promoted += s - 1;
+      if (s % 2 == 0)
+        demoted += s;
+      else
+        promoted += s - 1;
     }
     EXPECT_EQ(r.live_sum, live_sum) << "story " << i;
     // The most at once is n: the last even token attends n entries (n odd),

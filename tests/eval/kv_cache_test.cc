@@ -96,8 +96,8 @@ class KvCacheTierTest : public ::testing::Test {
         return f;
       }
       default:
-        return (value ? -1.0f : 1.0f) * (1.0f + tag / 7.0f + layer / 3.0f +
-                                         col / 11.0f);
+        return (value ? -1.0f : 1.0f) *
+               (1.0f + tag / 7.0f + layer / 3.0f + col / 11.0f);
     }
   }
 
@@ -144,7 +144,7 @@ TEST_F(KvCacheTierTest, DemotedThenPromotedEntryIsBitIdentical) {
   EXPECT_EQ(cache_.device_row(3), 1);
   EXPECT_EQ(AppendWith(4, 4), 4);  // Device row 3, the last one.
   EXPECT_STATUS_CODE(cache_.Append(5), absl::StatusCode::kResourceExhausted);
-  ASSERT_OK(cache_.Evict(0));      // Frees device row 0.
+  ASSERT_OK(cache_.Evict(0));  // Frees device row 0.
   ASSERT_OK(cache_.Promote(1));
   EXPECT_EQ(cache_.device_row(1), 0);  // Not the row it left.
   ExpectPattern(1, 1);
