@@ -68,7 +68,9 @@ struct SequenceResult {
   double oracle_recall_sum = 0.0;
   // Only when asked for (record_evictions): per appended position p, the
   // first position whose token no longer attends p (its eviction applied),
-  // or kNeverEvicted. Demotions are not recorded.
+  // or kNeverEvicted. With a demote tier only evictions are recorded: an
+  // entry dropped from the host tier at the position of its eviction, not of
+  // its demotion.
   std::vector<int32_t> evicted_at;
 };
 
