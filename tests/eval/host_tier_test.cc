@@ -178,7 +178,7 @@ TEST_F(HostTierTest, AHostTierTooSmallIsAnError) {
   EXPECT_STATUS_CODE(Alternate(0, 0), absl::StatusCode::kResourceExhausted);
 }
 
-TEST_F(HostTierTest, CoreTierKeepsTheDeviceAtTheBudgetAndTheHostAtD) {
+TEST_F(HostTierTest, CoreTierKeepsTheDeviceAtTheBudgetAndTheHostAtDPlusSwaps) {
   constexpr int64_t kBudget = 8;
   ASSERT_OK_AND_ASSIGN(std::unique_ptr<Decider> decider,
                        CreateInProcessDecider());
@@ -220,6 +220,34 @@ TEST_F(HostTierTest, CoreTierKeepsTheDeviceAtTheBudgetAndTheHostAtD) {
     // Between a step's demotions and its promotions the host does hold
     // more than D.
     EXPECT_GT(peak_host, kBudget) << RankingName(ranking);
+  }
+}
+
+TEST_F(HostTierTest, CoreTierPipelinedAppliesEachAnswerOneTokenLater) {
+  // Lag 1: token t attends what step t - 2's answer left (B entries) and
+  // tokens t - 1 and t, as when evicting only.
+  constexpr int64_t kBudget = 8;
+  ASSERT_OK_AND_ASSIGN(std::unique_ptr<Decider> decider,
+                       CreateInProcessDecider());
+  SessionConfig config = EngineSessionConfig(model_->config(), kBudget);
+  config.ranking = Ranking::kTova;
+  config.budget_control = BudgetControl::kFixed;
+  config.tier.capacity = kBudget;
+  for (int i = 0; i < static_cast<int>(stories_.size()); ++i) {
+    const int64_t n = static_cast<int64_t>(stories_[i].size()) - 1;
+    ASSERT_OK_AND_ASSIGN(std::unique_ptr<DeciderSession> session,
+                         decider->Open(config));
+    EvaluateOptions options;
+    options.lag = 1;
+    options.host_capacity = kBudget + config.tier.max_promotions;
+    ASSERT_OK_AND_ASSIGN(
+        SequenceResult r,
+        EvaluateSequence(*model_, stories_[i], session.get(), options));
+    int64_t live_sum = 0;
+    for (int64_t t = 0; t < n; ++t) live_sum += std::min(t + 1, kBudget + 2);
+    EXPECT_EQ(r.live_sum, live_sum) << "story " << i;
+    EXPECT_EQ(r.peak_live, kBudget + 2);
+    EXPECT_GT(r.promoted, 0);
   }
 }
 
