@@ -405,6 +405,83 @@ void RegisterShadowBenchmarks() {
   }
 }
 
+namespace {
+
+// ---------------------------------------------------------------------------
+// Demote tier (issue #24 item 5): what a tier of D = B entries adds to a
+// decision, which scores the B + D held entries and picks the moves.
+
+struct TierCase {
+  const char* shape;  // "default", or the 8B sketched shape.
+  const char* policy;
+  int64_t live;
+};
+constexpr TierCase kTierCases[] = {
+    {"default", "tova", 8 << 10},
+    {"default", "entropy", 8 << 10},
+    {"8B-project:16+gsum", "entropy", 4 << 10},
+};
+
+SessionConfig TierConfig(const TierCase& c, bool tier) {
+  SessionConfig config;
+  if (std::string(c.shape) == "default") {
+    config.shape = BenchShape();
+    config.budget = c.live;
+  } else {
+    config = ModelConfig(kModelVariants[1], c.live, 1);
+  }
+  if (absl::Status st = ApplyPolicyName(c.policy, &config); !st.ok()) {
+    Die("ApplyPolicyName", st);
+  }
+  if (tier) config.tier.capacity = c.live;  // D = B; m 0, P 8: the defaults.
+  return config;
+}
+
+void RunTierSteps(benchmark::State& state, const std::string& name,
+                  const SessionConfig& config) {
+  SteadySession& session = CachedSession(name, config);
+  if (!session.RunPeriod()) {  // Warm-up, untimed.
+    state.SkipWithError("live count drifted");
+    return;
+  }
+  const SessionStats before = session.Stats();
+  for (auto _ : state) {
+    if (!session.RunPeriod()) {
+      state.SkipWithError("live count drifted");
+      break;
+    }
+  }
+  const SessionStats after = session.Stats();
+  const double steps = double(state.iterations()) * session.period();
+  state.counters["tier_capacity"] = double(config.tier.capacity);
+  state.counters["tier_held"] = double(after.tier_held);
+  state.counters["demoted_per_step"] =
+      steps > 0 ? double(after.demoted - before.demoted) / steps : 0.0;
+  state.counters["promoted_per_step"] =
+      steps > 0 ? double(after.promoted - before.promoted) / steps : 0.0;
+  state.counters["evicted_per_step"] =
+      steps > 0 ? double(after.evicted - before.evicted) / steps : 0.0;
+}
+
+}  // namespace
+
+void RegisterTierBenchmarks() {
+  for (const TierCase& c : kTierCases) {
+    for (bool tier : {false, true}) {
+      const std::string name = std::string("BM_Tier/") + c.shape + "/" +
+                               c.policy + "/" + std::to_string(c.live) + "/" +
+                               (tier ? "D=B" : "none");
+      const SessionConfig config = TierConfig(c, tier);
+      benchmark::RegisterBenchmark(name.c_str(),
+                                   [name, config](benchmark::State& state) {
+                                     RunTierSteps(state, name, config);
+                                   })
+          ->Unit(benchmark::kMillisecond)
+          ->UseRealTime();
+    }
+  }
+}
+
 std::vector<ModelRow>& ModelRows() {
   static auto* rows = new std::vector<ModelRow>();
   return *rows;

@@ -37,6 +37,12 @@
 //    tova, window, streaming; at the group-sum 8B shape, which the attention
 //    rankings cannot use, affinity, keynorm, window, streaming), and 4
 //    scoring one step in 16.
+// 5. BM_Tier/<shape>/<policy>/<live>/<tier>: a decision with a demote tier
+//    (docs/step-semantics.md section 12) of D = B entries, full, against
+//    the same session without one: the default shape with tova and entropy
+//    at 8k live, and the 8B shape with project:16+gsum and entropy at 4k.
+//    Each step demotes one entry, may swap up to P = 8 (margin 0), and
+//    evicts one from the tier; the decision scores B + D entries.
 
 // The files: bench_core.h (what they share), steady_session.cc (the session
 // the cases time), bench_cases.cc (the cases), summary_reporter.{h,cc} (the
@@ -51,6 +57,7 @@
 int main(int argc, char** argv) {
   entrokv::bench::RegisterModelBenchmarks();
   entrokv::bench::RegisterShadowBenchmarks();
+  entrokv::bench::RegisterTierBenchmarks();
   benchmark::Initialize(&argc, argv);
   if (benchmark::ReportUnrecognizedArguments(argc, argv)) return 1;
   entrokv::bench::SummaryReporter reporter;

@@ -45,7 +45,8 @@ Shape BenchShape();
 
 class Pools;  // Random keys and queries of one shape (steady_session.cc).
 
-// One session held at `config.budget` live tokens, one entry appended a step.
+// One session held at `config.budget` live tokens, one entry appended a step;
+// with a demote tier (config.tier.capacity = D > 0), D more in the tier.
 // With `shadows`, a ShadowSet of those options watches it from the first step
 // (the prefill included), as the server runs one: every step is handed to
 // its Observe after the session answered it.
@@ -118,6 +119,13 @@ void RegisterModelBenchmarks();
 // and with 4 scoring one step in 16 (bench_cases.cc names the policies). Called once, after
 // RegisterModelBenchmarks.
 void RegisterShadowBenchmarks();
+
+// Registers the BM_Tier benchmarks: a decision with a demote tier of D = B
+// entries (docs/step-semantics.md section 12) against the same session
+// without one, at the default shape (tova and entropy, 8k live) and at the
+// 8B shape with project:16 and group-sum queries (entropy, 4k live). Called
+// once, after RegisterShadowBenchmarks.
+void RegisterTierBenchmarks();
 
 }  // namespace entrokv::bench
 

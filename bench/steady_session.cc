@@ -174,7 +174,12 @@ void SteadySession::Step(absl::Span<const uint64_t> slots,
 
 void SteadySession::Prefill() {
   const int64_t unit = config_.block_summary ? config_.block_size : 1;
-  const int64_t target = CeilDiv(live_ + period_, unit);
+  // With a demote tier the session holds `live` on the device and
+  // tier.capacity in the tier: the chunks past `live` are demoted by the
+  // decisions that append them, and the tier is full before the first timed
+  // step, so that every timed step demotes one entry and evicts one.
+  const int64_t held = live_ + config_.tier.capacity;
+  const int64_t target = CeilDiv(held + period_, unit);
   const int64_t max_units =
       std::max<int64_t>(1, kPrefillBytes / pools_.key_bytes() / unit);
   int64_t first = target;
@@ -185,8 +190,8 @@ void SteadySession::Prefill() {
   const int64_t chunk = first * unit;
   std::vector<uint64_t> slots;
   std::vector<std::byte> keys;
-  for (int64_t done = 0; done < live_;) {
-    const int64_t n = std::min(chunk, live_ - done);
+  for (int64_t done = 0; done < held;) {
+    const int64_t n = std::min(chunk, held - done);
     slots.clear();
     keys.clear();
     for (int64_t i = 0; i < n; ++i) {
@@ -199,7 +204,7 @@ void SteadySession::Prefill() {
     Step(slots, keys);
     done += n;
   }
-  if (result_.live != live_) {
+  if (result_.live != live_ || Stats().tier_held != config_.tier.capacity) {
     Die("Prefill", absl::InternalError("evicted during the prefill"));
   }
 }

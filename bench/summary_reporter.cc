@@ -31,7 +31,14 @@ void SummaryReporter::ReportRuns(const std::vector<Run>& reports) {
     entry.s_per_step = seconds_per_iter / entry.steps_per_iter;
     entry.cpu_s_per_step = cpu_seconds_per_iter / entry.steps_per_iter;
     entry.copied_bytes_per_step = Counter(run, "copied_bytes_per_step", 0);
-    if (Counter(run, "shadow_watched", -1) >= 0) {
+    if (Counter(run, "tier_capacity", -1) >= 0) {
+      entry.kind = Kind::kTier;
+      entry.tier_capacity = Counter(run, "tier_capacity", 0);
+      entry.tier_held = Counter(run, "tier_held", 0);
+      entry.demoted_per_step = Counter(run, "demoted_per_step", 0);
+      entry.promoted_per_step = Counter(run, "promoted_per_step", 0);
+      entry.evicted_per_step = Counter(run, "evicted_per_step", 0);
+    } else if (Counter(run, "shadow_watched", -1) >= 0) {
       entry.kind = Kind::kShadow;
       entry.shadows = Counter(run, "shadow_watched", 0) > 0
                           ? static_cast<int>(Counter(run, "shadow_policies", 0))
@@ -101,6 +108,42 @@ void SummaryReporter::PrintSummary() const {
   }
   PrintModelTable(copy, copy_cpu);
   PrintShadowTable();
+  PrintTierTable();
+}
+
+void SummaryReporter::PrintTierTable() const {
+  bool any = false;
+  for (const Entry& entry : entries_) any |= entry.kind == Kind::kTier;
+  if (!any) return;
+  std::printf(
+      "\nDemote tier (docs/step-semantics.md section 12): the same session "
+      "without a tier and with a full one of D = B entries (margin 0, P = "
+      "8); the decision scores B + D entries. x: ms/step with / without.\n");
+  std::printf("%-44s %10s %10s %8s %10s %10s %10s %9s\n", "benchmark",
+              "ms/step", "(CPU)", "x", "dem/step", "prom/step", "evict/step",
+              "tier");
+  for (const Entry& entry : entries_) {
+    if (entry.kind != Kind::kTier) continue;
+    // Its pair without a tier: the same function name ending in "/none".
+    const std::string base =
+        entry.function.substr(0, entry.function.rfind('/'));
+    const Entry* none = nullptr;
+    for (const Entry& other : entries_) {
+      if (other.kind == Kind::kTier && other.function == base + "/none") {
+        none = &other;
+      }
+    }
+    std::printf("%-44s %10.3f %10.3f", entry.function.c_str(),
+                entry.s_per_step * 1e3, entry.cpu_s_per_step * 1e3);
+    if (none != nullptr && entry.tier_capacity > 0) {
+      std::printf(" %8.2f", entry.s_per_step / none->s_per_step);
+    } else {
+      std::printf(" %8s", "-");
+    }
+    std::printf(" %10.3f %10.3f %10.3f %9.0f\n", entry.demoted_per_step,
+                entry.promoted_per_step, entry.evicted_per_step,
+                entry.tier_held);
+  }
 }
 
 void SummaryReporter::PrintShadowTable() const {

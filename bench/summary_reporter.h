@@ -20,8 +20,8 @@ class SummaryReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& reports) override;
 
-  // Prints the step table, the Llama-3-8B table and the shadow table from
-  // the runs reported.
+  // Prints the step table, the Llama-3-8B table, the shadow table and the
+  // demote-tier table from the runs reported.
   void PrintSummary() const;
 
  private:
@@ -31,7 +31,8 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     kModel,
     kSketchKeys,
     kSketchQueries,
-    kShadow
+    kShadow,
+    kTier
   };
   struct Entry {
     std::string name;      // Full benchmark name.
@@ -51,6 +52,12 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     int score_every = 1;
     double reference_entries = 0;
     double shadow_bytes = 0;
+    // kTier: the tier's capacity (0: none), and the moves per step.
+    double tier_capacity = 0;
+    double tier_held = 0;
+    double demoted_per_step = 0;
+    double promoted_per_step = 0;
+    double evicted_per_step = 0;
   };
 
   static double Counter(const Run& run, const char* key, double otherwise);
@@ -61,6 +68,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
   void PrintModelTable(double copy, double copy_cpu) const;
   void PrintShadowTable() const;
+  void PrintTierTable() const;
 
   // Issue #8 item 6, at 32k live.
   void PrintGoals(double copy) const;

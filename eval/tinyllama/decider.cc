@@ -81,6 +81,8 @@ class InProcessSession : public DeciderSession {
     ++accepted_;
     live_ = result.live;
     decision->evicted = std::move(result.evicted);
+    decision->demoted = std::move(result.demoted);
+    decision->promoted = std::move(result.promoted);
     decision->live = result.live;
     decision->budget = result.budget;
     decision->deferred = result.deferred;

@@ -2,10 +2,13 @@
 //
 // The engine reports every decode step (the new entry's slot id and keys, the
 // step's queries, the next-token entropy) to a DeciderSession and frees the
-// slots it answers. Two implementations: in process, over entrokv core's
+// slots it answers (with a demote tier, also moves slots to and from its
+// host tier). Two implementations: in process, over entrokv core's
 // SessionState (CreateInProcessDecider), and over gRPC through the client
 // library (grpc_decider.h, built only with the client library). Both see the
-// same inputs, so they must answer the same evictions.
+// same inputs, so they must answer the same evictions. A demote tier
+// (SessionConfig::tier) is in process only for now: the gRPC decider refuses
+// it (UNIMPLEMENTED) until the wire carries the tier's moves.
 //
 // The engine always reports its full vectors: every model layer, every q head,
 // head_dim columns. A session's configuration may ask for less
@@ -51,8 +54,15 @@ struct DecisionRequest {
 };
 
 struct Decision {
-  std::vector<uint64_t> evicted;  // Slots to free, oldest first.
-  int64_t live = 0;               // Live entries after the evictions.
+  // Slots to free for good (live or demoted), oldest first.
+  std::vector<uint64_t> evicted;
+  // With a demote tier (SessionConfig::tier, docs/step-semantics.md section
+  // 12), slots to move from the device to the host tier and back, oldest
+  // first; the engine applies `evicted`, then `demoted`, then `promoted`.
+  // Empty without a tier.
+  std::vector<uint64_t> demoted;
+  std::vector<uint64_t> promoted;
+  int64_t live = 0;  // Live (device) entries after the step's moves.
   int64_t budget = 0;             // The step's effective budget B_t.
   // The step made no decision (decide_every > 1, not a decision step).
   bool deferred = false;

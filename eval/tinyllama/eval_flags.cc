@@ -114,6 +114,25 @@ ABSL_FLAG(double, threshold_share, 0.5,
           "each run at nominal budget B (the ceiling) evicts what scores "
           "below tau = share / B, a share of a uniform attention share over "
           "B entries (the scale of tova, expected and birth). > 0.");
+ABSL_FLAG(bool, tier, false,
+          "Instead of the protocol, compare each policy with a demote tier "
+          "(docs/step-semantics.md section 12; host tier of D = "
+          "--tier_share x B entries) against the same policy evicting only, "
+          "at equal device memory (nominal budgets --tier_budgets), on the "
+          "protocol's test stories, m and P tuned on its tuning stories "
+          "(default policies: rkv+fixed,tova+fixed,affinity+fixed; needs "
+          "--inprocess).");
+ABSL_FLAG(std::string, tier_budgets, "24,32,48,64",
+          "--tier: nominal budgets B (device entries).");
+ABSL_FLAG(double, tier_share, 1.0,
+          "--tier: tier capacity D as a multiple of the budget B (D = "
+          "round(share x B), at least 1).");
+ABSL_FLAG(std::string, tier_margins, "0,0.001,0.01,0.1",
+          "--tier: promote margins m tried on the tuning stories, the "
+          "default first (one value: fixed).");
+ABSL_FLAG(std::string, tier_max_promotions, "8,2,32",
+          "--tier: promotion caps P per step; the first with every margin, "
+          "the rest at the best margin (one value: fixed).");
 ABSL_FLAG(bool, fidelity, false,
           "Measure the variant against the same policies scored exactly "
           "(same block size, no sketch, per-head queries, all layers, every "
@@ -133,6 +152,8 @@ ProgramInfo EvalProgramInfo() {
           "  entrokv-eval --inprocess --sweep [--stories 20] [--budgets ...]\n"
           "  entrokv-eval --inprocess --fidelity --sketch project:4 "
           "[--policies ...] [--targets 32,64]\n"
+          "  entrokv-eval --inprocess --tier [--tier_budgets 24,32,48,64] "
+          "[--tier_share 1]\n"
           "Exit status: 0 on success, 2 on bad input (flags, or the data "
           "files they name), 1 when a run fails.",
       .source_dirs = {"eval/tinyllama/"},
@@ -145,6 +166,9 @@ ProgramInfo EvalProgramInfo() {
             "longppl_alpha", "longppl_beta", "equal_peak"}},
           {"Sweep and fidelity",
            {"sweep", "budgets", "pipelined_budgets", "fidelity"}},
+          {"Demote tier",
+           {"tier", "tier_budgets", "tier_share", "tier_margins",
+            "tier_max_promotions"}},
           {"Policies and scoring variant",
            {"policies", "sketch", "query_form", "scored_layers", "decide_every",
             "block_size", "block_summary", "cadence_scaled_rates",

@@ -53,6 +53,11 @@ ABSL_DECLARE_FLAG(bool, block_summary);
 ABSL_DECLARE_FLAG(bool, cadence_scaled_rates);
 ABSL_DECLARE_FLAG(bool, fidelity);
 ABSL_DECLARE_FLAG(double, threshold_share);
+ABSL_DECLARE_FLAG(bool, tier);
+ABSL_DECLARE_FLAG(std::string, tier_budgets);
+ABSL_DECLARE_FLAG(double, tier_share);
+ABSL_DECLARE_FLAG(std::string, tier_margins);
+ABSL_DECLARE_FLAG(std::string, tier_max_promotions);
 
 namespace entrokv::tinyllama {
 

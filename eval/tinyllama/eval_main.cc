@@ -8,7 +8,8 @@
 // then every policy calibrated to each target mean live on a disjoint test
 // split and compared with window+fixed. --sweep runs every policy at nominal
 // budgets instead (eval_sweep.h); --fidelity measures what a cheaper way of
-// scoring costs (eval_fidelity.h). The flags are in eval_flags.cc; the
+// scoring costs (eval_fidelity.h); --tier compares a demote tier with
+// eviction only (eval_tier.h). The flags are in eval_flags.cc; the
 // variant flags (--sketch, --query_form, --scored_layers, --decide_every,
 // --block_size, --block_summary) apply to every policy (eval_policies.h).
 
@@ -34,6 +35,7 @@
 #include "tinyllama/eval_protocol.h"
 #include "tinyllama/eval_run.h"
 #include "tinyllama/eval_sweep.h"
+#include "tinyllama/eval_tier.h"
 #include "tinyllama/evaluator.h"
 #include "tinyllama/model.h"
 #include "tinyllama/progress.h"
@@ -105,9 +107,20 @@ absl::Status Main() {
       SetEvalProgress(nullptr);
     }
   } end_line{shown.get()};
+  const bool tier = absl::GetFlag(FLAGS_tier);
+  if (tier && (absl::GetFlag(FLAGS_sweep) || absl::GetFlag(FLAGS_fidelity))) {
+    return BadInput(absl::InvalidArgumentError(
+        "--tier is a mode of its own: not with --sweep or --fidelity"));
+  }
+  if (tier && !absl::GetFlag(FLAGS_inprocess)) {
+    return BadInput(absl::InvalidArgumentError(
+        "--tier needs --inprocess: the gRPC decider does not carry a demote "
+        "tier yet"));
+  }
   const bool protocol =
-      !absl::GetFlag(FLAGS_sweep) && !absl::GetFlag(FLAGS_fidelity);
-  ENTROKV_ASSIGN_OR_RETURN(EvalData data, LoadData(protocol));
+      !absl::GetFlag(FLAGS_sweep) && !absl::GetFlag(FLAGS_fidelity) && !tier;
+  // The protocol and --tier split every story into tuning and test.
+  ENTROKV_ASSIGN_OR_RETURN(EvalData data, LoadData(protocol || tier));
   ENTROKV_ASSIGN_OR_RETURN(std::vector<int64_t> budgets,
                            ParseList(absl::GetFlag(FLAGS_budgets), "budgets"));
   ENTROKV_ASSIGN_OR_RETURN(
@@ -118,8 +131,10 @@ absl::Status Main() {
   ENTROKV_ASSIGN_OR_RETURN(
       std::vector<int64_t> pipelined,
       ParseList(absl::GetFlag(FLAGS_pipelined_budgets), "pipelined_budgets"));
+  std::string policy_flag = absl::GetFlag(FLAGS_policies);
+  if (tier && policy_flag == "all") policy_flag = kTierDefaultPolicies;
   absl::StatusOr<std::vector<PolicyPair>> named_pairs =
-      Policies(data.model.config(), absl::GetFlag(FLAGS_policies));
+      Policies(data.model.config(), policy_flag);
   if (!named_pairs.ok()) return BadInput(named_pairs.status());
   const std::vector<PolicyPair> pairs = *std::move(named_pairs);
   std::vector<SessionConfig> policies;
@@ -131,6 +146,7 @@ absl::Status Main() {
               VariantLabel(policies[0]).c_str());
 
   const Model& model = data.model;
+  if (tier) return TierComparison(model, data.stories, decider.get(), policies);
   if (protocol) {
     return Protocol(model, data.stories, decider.get(), data.dir, policies,
                     targets);

@@ -30,6 +30,13 @@ absl::Status Evaluate(const Model& model,
   EvaluateOptions options;
   options.lag = run->lag;
   options.record_evictions = run->record_evictions;
+  // Host rows for D entries and a step's swaps (EvaluateOptions); no story
+  // holds more entries than seq_len.
+  const TierParams& tier = run->config.tier;
+  if (tier.capacity > 0) {
+    options.host_capacity = static_cast<int>(std::min<int64_t>(
+        tier.capacity + tier.max_promotions, model.config().seq_len));
+  }
   options.keep_per_token_nll =
       run->keep_token_nll || run->key_tokens != nullptr;
   if (run->key_tokens != nullptr && run->key_tokens->size() != stories.size()) {
@@ -56,6 +63,10 @@ absl::Status Evaluate(const Model& model,
     run->peak_live = std::max(run->peak_live, r.peak_live);
     run->evicted += r.evicted;
     run->deferred += r.deferred;
+    run->demoted += r.demoted;
+    run->promoted += r.promoted;
+    run->bytes_moved += r.bytes_moved;
+    run->peak_host = std::max(run->peak_host, r.peak_host);
     run->story_nll.push_back(r.nll_sum);
     run->story_tokens.push_back(r.predicted);
     run->story_recall.push_back(

@@ -50,6 +50,12 @@ struct Run {
   int64_t peak_live = 0;
   int64_t evicted = 0;
   int64_t deferred = 0;
+  // With a demote tier (config.tier.capacity > 0): the moves between the
+  // device and the host tier, and the bytes they copied.
+  int64_t demoted = 0;
+  int64_t promoted = 0;
+  int64_t bytes_moved = 0;
+  int64_t peak_host = 0;  // The most entries in the host tier at once.
   std::vector<double> story_nll;      // Per story: Σ −log p.
   std::vector<int64_t> story_tokens;  // Per story: tokens scored.
   // Per story, Σ −log p over its key tokens and their count (key_tokens
@@ -66,6 +72,13 @@ struct Run {
   double seconds = 0.0;
   double ppl() const { return std::exp(nll_sum / predicted); }
   double mean_live() const { return static_cast<double>(live_sum) / predicted; }
+  // Per decode step (scored token).
+  double promotions_per_step() const {
+    return static_cast<double>(promoted) / predicted;
+  }
+  double bytes_moved_per_step() const {
+    return static_cast<double>(bytes_moved) / predicted;
+  }
 };
 
 // Where Evaluate() reports runs and stories; null (the default): nowhere.

@@ -44,10 +44,17 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
   if (options.lag < 0) {
     return absl::InvalidArgumentError("evaluate: lag must be >= 0");
   }
-  KvCache cache = model.NewCache();
+  if (options.host_capacity < 0) {
+    return absl::InvalidArgumentError("evaluate: host_capacity must be >= 0");
+  }
+  KvCache cache = model.NewCache(options.host_capacity);
   ForwardOutput out;
   SequenceResult result;
-  std::deque<std::vector<uint64_t>> pending;  // Answers not yet applied.
+  // Answers not yet applied: evicted, demoted, promoted.
+  struct Moves {
+    std::vector<uint64_t> evicted, demoted, promoted;
+  };
+  std::deque<Moves> pending;
   if (options.record_evictions) {
     result.evicted_at.assign(tokens.size() - 1, kNeverEvicted);
   }
@@ -83,9 +90,12 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
       result.log_recall_sum += std::log(decision.recall);
       result.oracle_recall_sum += decision.oracle_recall;
     }
-    pending.push_back(std::move(decision.evicted));
+    pending.push_back(Moves{std::move(decision.evicted),
+                            std::move(decision.demoted),
+                            std::move(decision.promoted)});
     if (pending.size() > static_cast<size_t>(options.lag)) {
-      for (uint64_t slot : pending.front()) {
+      const Moves& moves = pending.front();
+      for (uint64_t slot : moves.evicted) {
         if (options.record_evictions &&
             slot < static_cast<uint64_t>(cache.capacity())) {
           const int p = cache.position(static_cast<int>(slot));
@@ -100,11 +110,34 @@ absl::StatusOr<SequenceResult> EvaluateSequence(
         }
         ++result.evicted;
       }
+      // Evictions first, then demotions, then promotions: the device never
+      // holds more than the live entries before the answer
+      // (docs/step-semantics.md section 12, step 7).
+      for (uint64_t slot : moves.demoted) {
+        status = cache.Demote(slot);
+        if (!status.ok()) {
+          return absl::Status(
+              status.code(),
+              absl::StrCat("position ", t, ": demoting: ", status.message()));
+        }
+      }
+      for (uint64_t slot : moves.promoted) {
+        status = cache.Promote(slot);
+        if (!status.ok()) {
+          return absl::Status(
+              status.code(),
+              absl::StrCat("position ", t, ": promoting: ", status.message()));
+        }
+      }
       pending.pop_front();
     }
   }
   result.predicted = static_cast<int64_t>(tokens.size()) - 1;
   result.peak_live = cache.peak_live();
+  result.demoted = cache.demotions();
+  result.promoted = cache.promotions();
+  result.bytes_moved = cache.bytes_moved();
+  result.peak_host = cache.peak_demoted();
   return result;
 }
 

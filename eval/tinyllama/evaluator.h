@@ -10,14 +10,17 @@
 //      layers, H(p_t)) to the decider;
 //   4. frees the slots the decider answered `lag` steps earlier (lag 0: step
 //      t's own answer; lag 1, the pipelined mode: step t−1's answer, as when
-//      the round trip overlaps the next token's compute).
+//      the round trip overlaps the next token's compute); with a demote tier,
+//      then moves that answer's demoted slots to the cache's host tier and
+//      its promoted slots back (kv_cache.h).
 // So step t's evictions apply from token t+1+lag on; token t itself always
 // attends over the cache as it was when its forward pass ran. The decider
 // needs the queries and the entropy, which exist only once the forward pass is
 // done, so no causal engine can apply them sooner.
 //
 // Memory is counted as the engine holds it: `live` at position t is the number
-// of entries token t attends over (its own key included).
+// of entries token t attends over (its own key included), the device's
+// entries; demoted entries are not attended and are not counted.
 //
 // Thread-safety: EvaluateSequence() is reentrant; distinct calls may share the
 // model.
@@ -44,7 +47,17 @@ struct SequenceResult {
   int64_t predicted = 0;    // Tokens scored: tokens.size() − 1.
   int64_t live_sum = 0;     // Σ over positions of entries attended.
   int64_t peak_live = 0;    // Most entries held at once.
-  int64_t evicted = 0;      // Entries freed.
+  int64_t evicted = 0;      // Entries freed for good.
+  // With a demote tier: entries moved to the host tier and back, and the
+  // bytes those moves copied (K and V, every layer: KvCache::entry_bytes()
+  // each).
+  int64_t demoted = 0;
+  int64_t promoted = 0;
+  int64_t bytes_moved = 0;
+  // The most entries in the host tier at once. Applying a step's demotions
+  // before its promotions, it can exceed the session's tier.capacity D by
+  // the step's swaps, up to max_promotions P.
+  int64_t peak_host = 0;
   std::vector<double> nll;  // Per position (only when asked for).
   int64_t deferred = 0;     // Steps the decider answered without deciding.
   // Attention recall (a decider that measures it, Decision::recall): over
@@ -55,7 +68,9 @@ struct SequenceResult {
   double oracle_recall_sum = 0.0;
   // Only when asked for (record_evictions): per appended position p, the
   // first position whose token no longer attends p (its eviction applied),
-  // or kNeverEvicted.
+  // or kNeverEvicted. With a demote tier only evictions are recorded: an
+  // entry dropped from the host tier at the position of its eviction, not of
+  // its demotion.
   std::vector<int32_t> evicted_at;
 };
 
@@ -65,6 +80,10 @@ struct EvaluateOptions {
   int lag = 0;  // 0: apply step t's evictions before token t+1; 1: before t+2.
   bool keep_per_token_nll = false;
   bool record_evictions = false;  // Fill SequenceResult::evicted_at.
+  // Rows of the cache's host tier (0: no tier; a demotion is then an
+  // error). For entrokv's tier, D + P: tier.capacity, and the entries a
+  // step's swaps demote before its promotions free their rows.
+  int host_capacity = 0;
 };
 
 // The session configuration the engine uses for this model: shape (every

@@ -83,6 +83,13 @@ class GrpcDecider : public Decider {
 
   absl::StatusOr<std::unique_ptr<DeciderSession>> Open(
       const SessionConfig& config) override {
+    // The tier's moves are not on the wire yet (issue #24 phase 2): refuse
+    // it here rather than let the server ignore or refuse it less plainly.
+    if (config.tier.capacity > 0) {
+      return absl::UnimplementedError(
+          "grpc decider: tier.capacity > 0 (a demote tier) is not supported "
+          "over gRPC yet; run the tier in process (--inprocess)");
+    }
     SessionOptions options;
     options.step_deadline = step_deadline_;
     options.first_step = 1;  // The evaluator numbers steps from 1.

@@ -104,8 +104,9 @@ absl::StatusOr<Model> Model::FromBytes(absl::Span<const char> bytes) {
   return model;
 }
 
-KvCache Model::NewCache() const {
-  return KvCache(config_.layers, config_.kv_dim(), config_.seq_len);
+KvCache Model::NewCache(int host_capacity) const {
+  return KvCache(config_.layers, config_.kv_dim(), config_.seq_len,
+                 host_capacity);
 }
 
 absl::Status Model::Forward(int token, int position, KvCache* cache,

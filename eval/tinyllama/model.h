@@ -64,8 +64,9 @@ class Model {
 
   const ModelConfig& config() const { return config_; }
 
-  // A cache sized for this model: capacity seq_len entries.
-  KvCache NewCache() const;
+  // A cache sized for this model: seq_len device rows, and `host_capacity`
+  // host rows (a host tier, kv_cache.h; 0: none).
+  KvCache NewCache(int host_capacity = 0) const;
 
   // Runs `token` at absolute `position`: appends its keys and values to
   // `cache` (one new slot), attends over every live entry of `cache`, and

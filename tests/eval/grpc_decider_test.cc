@@ -142,5 +142,17 @@ TEST_F(GrpcDeciderTest, ServerRejectionIsReported) {
       absl::StatusCode::kInvalidArgument);
 }
 
+TEST_F(GrpcDeciderTest, RefusesADemoteTierUntilTheWireCarriesIt) {
+  SessionConfig config = EngineSessionConfig(model_->config(), 24);
+  config.ranking = Ranking::kTova;
+  config.tier.capacity = 24;
+  auto session = grpc_->Open(config);
+  EXPECT_STATUS_CODE(session, absl::StatusCode::kUnimplemented);
+  EXPECT_NE(session.status().message().find("--inprocess"), std::string::npos)
+      << session.status();
+  // In process, the same configuration opens.
+  EXPECT_OK(local_->Open(config));
+}
+
 }  // namespace
 }  // namespace entrokv::tinyllama

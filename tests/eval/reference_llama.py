@@ -82,15 +82,21 @@ def rope(x, positions, head):
     return out
 
 
-def sequence_nll(cfg, w, tokens, window=None, sink=False, shares=None):
+def sequence_nll(cfg, w, tokens, window=None, sink=False, shares=None,
+                 alternate=False):
     """Summed NLL. With `shares` (a list), appends per layer and head the
-    (T, T) matrix of full causal softmax weights of the run's own q and k."""
+    (T, T) matrix of full causal softmax weights of the run's own q and k.
+    With `alternate`, an odd position s attends s-1 and s only, an even one
+    every j <= s (a tier that demotes all but the newest entry on even steps
+    and promotes them all back on odd ones)."""
     t = len(tokens)
     head, heads, kvh = cfg['head'], cfg['heads'], cfg['kv_heads']
     pos = np.arange(t)
     s_idx = pos[:, None]
     j_idx = pos[None, :]
     allowed = j_idx <= s_idx
+    if alternate:
+        allowed = allowed & ((s_idx % 2 == 0) | (s_idx - j_idx <= 1))
     if window is not None:
         near = (s_idx - j_idx) <= window
         if sink:
@@ -186,6 +192,7 @@ def main():
     nll.add_argument('--stories', type=int, default=3)
     nll.add_argument('--window', type=int, default=None)
     nll.add_argument('--sink', action='store_true')
+    nll.add_argument('--alternate', action='store_true')
     nll.add_argument('--recall', action='store_true')
     enc = sub.add_parser('encode')
     enc.add_argument('file')
@@ -202,7 +209,8 @@ def main():
     for i, story in enumerate(stories(args.data, args.stories)):
         ids = tok.encode(story)[:min(SEQ_LEN_LIMIT, cfg['seq_len'])]
         shares = [] if args.recall else None
-        total = sequence_nll(cfg, w, ids, args.window, args.sink, shares)
+        total = sequence_nll(cfg, w, ids, args.window, args.sink, shares,
+                             args.alternate)
         print('story %d %d %.12f' % (i, len(ids), total))
         if args.recall:
             a = np.mean(shares, axis=0)  # (T, T): a[s, j], rows sum to 1.
