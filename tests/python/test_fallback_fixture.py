@@ -1,5 +1,6 @@
 """The Python client's fail-open streaming rule (entrokv/live_set.py) against
-the C++ one on shared vectors: tests/fixtures/fallback_streaming.txt, which
+the C++ one on shared vectors: tests/fixtures/fallback_streaming.txt (and
+tier_live_set.txt for the demote tier's record and fail-open rule), which
 the C++ client's tests generate and check (tests/client/live_set_test.cc,
 FallbackFixtureTest). Every step's evictions must be the same ids, in the
 same order."""
@@ -50,3 +51,58 @@ def test_python_evicts_what_cpp_evicts_on_every_step():
             evicted = live.streaming_evictions(rule)
             assert evicted == expected, (rule, number)
             live.remove(evicted)
+
+
+TIER_FIXTURE = os.path.join(os.path.dirname(__file__), "..", "fixtures",
+                            "tier_live_set.txt")
+
+
+def tier_cases():
+    """(rule, [step dict, ...]) per case of the demote-tier fixture
+    (tests/client/live_set_test.cc, TierFixture)."""
+    out = []
+    with open(TIER_FIXTURE) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if line.startswith("#") or not line.strip():
+                continue
+            if line.startswith("case "):
+                budget, sinks, recent = map(int, line.split()[1:])
+                out.append((StreamingRule(budget=budget, sinks=sinks,
+                                          recent=recent), []))
+                continue
+            moves, _, after = line.partition("->")
+            appended, *labelled = moves.split("|")
+            fail_open, *state = after.split("|")
+            step = {}
+            for part in labelled + state:
+                label, *ids = part.split()
+                step[label] = [int(i) for i in ids]
+            pairs = [p.split(":") for p in appended.split()]
+            step["ids"] = [int(s) for s, _ in pairs]
+            step["pinned"] = [p == "1" for _, p in pairs]
+            step["fail_open"] = [int(i) for i in fail_open.split()]
+            out[-1][1].append(step)
+    return out
+
+
+def test_the_tier_fixture_moves_entries_both_ways():
+    steps = [s for _, case in tier_cases() for s in case]
+    assert len(steps) == 12 * 30
+    assert sum(len(s["promote"]) for s in steps) > 50
+    # Some fail-open answers merge the rule's evictions with the tier.
+    assert any(set(s["fail_open"]) - set(s["tier"]) and s["tier"]
+               for s in steps)
+
+
+def test_python_keeps_the_tier_as_cpp_does():
+    for rule, steps in tier_cases():
+        live = LiveSet()
+        for number, s in enumerate(steps):
+            live.append(s["ids"], s["pinned"])
+            live.remove(s["evict"])
+            live.demote(s["demote"])
+            live.promote(s["promote"])
+            assert live.fail_open_evictions(rule) == s["fail_open"], (rule, number)
+            assert live.slots() == s["live"], (rule, number)
+            assert live.tier_slots() == s["tier"], (rule, number)
