@@ -196,3 +196,42 @@ def test_bad_tiers_are_refused_naming_the_field(fields, message):
     with pytest.raises(entrokv.EntroKvError) as e:
         entrokv.validate_config(config)
     assert message in e.value.message
+
+
+def test_batch_sessions_get_their_own_moves(client):
+    """Two tier sessions of one DecodeBatch, each against its own model run
+    on the same story: the same moves, each handed to its own callbacks."""
+    budget, capacity, margin, promotions = 5, 4, 0.0, 2
+    batch = client.create_batch()
+    calls = ([], [])
+    sessions = [open_session(batch, budget, capacity, margin, promotions, 0, 0,
+                             calls[i]) for i in range(2)]
+    models = [TierModel("tova", budget, capacity, margin, promotions, 0, 0, 0)
+              for _ in range(2)]
+    rng = np.random.default_rng(7005)
+    promoted = 0
+    try:
+        for t, (appended, query) in enumerate(story(rng, 40)):
+            slots = [slot for slot, _, _ in appended]
+            keys = (np.stack([k for _, _, k in appended]) if appended
+                    else np.zeros((0, HEAD_DIM), np.float32))
+            pinned = [bool(p) for _, p, _ in appended]
+            outs = batch.step([entrokv.BatchStep(
+                s, slots, keys.reshape(-1, 1, 1, HEAD_DIM),
+                query.reshape(1, 1, HEAD_DIM),
+                pinned=pinned if any(pinned) else None) for s in sessions])
+            for i in range(2):
+                want = models[i].step(t + 1, appended, query)
+                o = outs[i]
+                assert isinstance(o, entrokv.StepOutcome), o
+                assert (o.evicted, o.demoted, o.promoted, o.live) == (
+                    want["evicted"], want["demoted"], want["promoted"],
+                    want["live"]), f"session {i} step {t}"
+                assert calls[i] == expected_calls(want)
+                calls[i].clear()
+            promoted += len(outs[0].promoted)
+    except Fragile:
+        pytest.skip("a margin comparison within rounding on this story")
+    assert promoted > 0
+    for s in sessions:
+        s.close()
