@@ -119,8 +119,9 @@
 //    and nothing scores the demoted entries once the server is gone. So the
 //    first locally decided step (a missed deadline, a broken stream, an
 //    offline session) hands every demoted entry back in its `evicted` list,
-//    merged with the rule's own evictions in append order: the engine frees
-//    their host copies, and the tier is empty from then on. Local steps
+//    merged with the rule's own evictions in append order (and counted in
+//    counters().evicted_by_fallback): the engine frees their host copies,
+//    and the tier is empty from then on. Local steps
 //    never demote or promote. A recovery re-sends the live entries only
 //    (live_keys gets live slots), and the new server session starts with an
 //    empty tier, demoting again as its decisions need. A session attached

@@ -25,11 +25,12 @@ guarantees:
   (step, step_pipelined, collect, flush, DecodeBatch.step): evict, then
   demote, then promote, each only with a non-empty list; the outcome still
   carries all three (an engine that sets ``evict`` frees them there, not
-  again). A promoted entry returns to its own append position in
-  live_slots(); tier_slots() lists the demoted ones. Fail-open: the first
-  locally decided step hands every demoted entry back in its ``evicted``
-  (merged with the rule's evictions in append order) and the tier is empty
-  from then on; a recovery re-sends live entries only.
+  again); an exception a callback raises propagates from the step call, the
+  client's record already updated. A promoted entry returns to its own
+  append position in live_slots(); tier_slots() lists the demoted ones.
+  Fail-open: the first locally decided step hands every demoted entry back
+  in its ``evicted`` (merged with the rule's evictions in append order) and
+  the tier is empty from then on; a recovery re-sends live entries only.
 
 Thread-safety: a Session is used by one thread at a time (the engine's decode
 loop).
