@@ -6,9 +6,8 @@
 // host tier). Two implementations: in process, over entrokv core's
 // SessionState (CreateInProcessDecider), and over gRPC through the client
 // library (grpc_decider.h, built only with the client library). Both see the
-// same inputs, so they must answer the same evictions. A demote tier
-// (SessionConfig::tier) is in process only for now: the gRPC decider refuses
-// it (UNIMPLEMENTED) until the wire carries the tier's moves.
+// same inputs, so they must answer the same evictions, and with a demote tier
+// (SessionConfig::tier) the same demotions and promotions.
 //
 // The engine always reports its full vectors: every model layer, every q head,
 // head_dim columns. A session's configuration may ask for less

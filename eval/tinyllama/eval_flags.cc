@@ -120,8 +120,8 @@ ABSL_FLAG(bool, tier, false,
           "--tier_share x B entries) against the same policy evicting only, "
           "at equal device memory (nominal budgets --tier_budgets), on the "
           "protocol's test stories, m and P tuned on its tuning stories "
-          "(default policies: rkv+fixed,tova+fixed,affinity+fixed; needs "
-          "--inprocess).");
+          "(default policies: rkv+fixed,tova+fixed,affinity+fixed), in "
+          "process or over gRPC (--server).");
 ABSL_FLAG(std::string, tier_budgets, "24,32,48,64",
           "--tier: nominal budgets B (device entries).");
 ABSL_FLAG(double, tier_share, 1.0,

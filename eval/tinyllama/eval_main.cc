@@ -112,11 +112,6 @@ absl::Status Main() {
     return BadInput(absl::InvalidArgumentError(
         "--tier is a mode of its own: not with --sweep or --fidelity"));
   }
-  if (tier && !absl::GetFlag(FLAGS_inprocess)) {
-    return BadInput(absl::InvalidArgumentError(
-        "--tier needs --inprocess: the gRPC decider does not carry a demote "
-        "tier yet"));
-  }
   const bool protocol =
       !absl::GetFlag(FLAGS_sweep) && !absl::GetFlag(FLAGS_fidelity) && !tier;
   // The protocol and --tier split every story into tuning and test.

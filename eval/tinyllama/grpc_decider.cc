@@ -55,6 +55,8 @@ class GrpcSession : public DeciderSession {
           session_->degraded_reason().ToString()));
     }
     decision->evicted = std::move(outcome.evicted);
+    decision->demoted = std::move(outcome.demoted);
+    decision->promoted = std::move(outcome.promoted);
     decision->live = outcome.live;
     decision->budget = outcome.budget;
     decision->deferred = outcome.deferred;
@@ -83,13 +85,10 @@ class GrpcDecider : public Decider {
 
   absl::StatusOr<std::unique_ptr<DeciderSession>> Open(
       const SessionConfig& config) override {
-    // The tier's moves are not on the wire yet (issue #24 phase 2): refuse
-    // it here rather than let the server ignore or refuse it less plainly.
-    if (config.tier.capacity > 0) {
-      return absl::UnimplementedError(
-          "grpc decider: tier.capacity > 0 (a demote tier) is not supported "
-          "over gRPC yet; run the tier in process (--inprocess)");
-    }
+    // A demote tier (config.tier) goes to the server with the rest of the
+    // configuration; its moves come back in each StepOutcome. No tier
+    // callbacks: the engine applies the outcome's lists itself, in the order
+    // evicted, demoted, promoted (decider.h).
     SessionOptions options;
     options.step_deadline = step_deadline_;
     options.first_step = 1;  // The evaluator numbers steps from 1.

@@ -6,6 +6,13 @@
 // gives the pipelined mode's semantics. The per-step deadline is infinite by
 // default: an evaluation must measure the server's decisions, never the local
 // fallback; a step that falls back anyway (a broken stream) is an error here.
+// A demote tier (SessionConfig::tier) is passed to the server with the rest
+// of the configuration, and each step's StepOutcome::evicted, demoted and
+// promoted become the Decision's lists, as core's StepResult does in process.
+// The client library's fail-open hand-back of the demoted entries (as
+// evictions at the first local step) never reaches the evaluator here, since
+// that step is the error above; an engine that applied it would free their
+// host rows with KvCache::Evict, which takes a live or a demoted id.
 //
 // Thread-safety: Open() is thread-safe (the Client is); each session belongs to
 // one decode loop.

@@ -187,6 +187,27 @@ TEST_F(KvCacheTierTest, EvictingADemotedEntryFreesItsIdAndHostRow) {
   EXPECT_THAT(cache_.live(), ElementsAre(1));
 }
 
+TEST_F(KvCacheTierTest, FailOpenHandBackFreesDemotedAndLiveEntriesAlike) {
+  // The client library's fail-open (client/include/entrokv/client/
+  // session.h, "Demote tier"): the first locally decided step evicts every
+  // demoted entry, merged in append order with the local rule's own
+  // evictions of live entries.
+  for (int t = 0; t < 4; ++t) AppendWith(t, t);
+  ASSERT_OK(cache_.Demote(0));
+  ASSERT_OK(cache_.Demote(2));
+  for (uint64_t slot : {0, 1, 2}) ASSERT_OK(cache_.Evict(slot));
+  EXPECT_EQ(cache_.demoted_count(), 0);
+  EXPECT_THAT(cache_.live(), ElementsAre(3));
+  ExpectPattern(3, 3);
+  // Both host rows are free again, and so are the three ids.
+  EXPECT_EQ(AppendWith(4, 4), 0);
+  EXPECT_EQ(AppendWith(5, 5), 1);
+  ASSERT_OK(cache_.Demote(0));
+  ASSERT_OK(cache_.Demote(1));
+  EXPECT_EQ(AppendWith(6, 6), 2);
+  EXPECT_THAT(cache_.live(), ElementsAre(3, 2));
+}
+
 TEST_F(KvCacheTierTest, RejectsMovesOfEntriesNotThereAndAFullHost) {
   AppendWith(0, 0);
   AppendWith(1, 1);
