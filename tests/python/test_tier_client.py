@@ -235,3 +235,46 @@ def test_batch_sessions_get_their_own_moves(client):
     assert promoted > 0
     for s in sessions:
         s.close()
+
+
+def test_a_raising_callback_leaves_no_batch_session_in_flight(client):
+    """Session 0's demote callback raises: DecodeBatch.step raises it after
+    session 1's callbacks ran, and both sessions step again at once (their
+    records were settled before any callback)."""
+    budget, capacity = 5, 4
+    batch = client.create_batch()
+    calls = ([], [])
+    sessions = [open_session(batch, budget, capacity, 0.0, 2, 0, 0, calls[i])
+                for i in range(2)]
+
+    def boom(ids):
+        raise RuntimeError(f"host full: {list(ids)}")
+    sessions[0]._tier = entrokv.TierCallbacks(demote=boom)
+    rng = np.random.default_rng(7006)
+
+    def step_all(appended, query):
+        slots = [slot for slot, _, _ in appended]
+        keys = (np.stack([k for _, _, k in appended]) if appended
+                else np.zeros((0, HEAD_DIM), np.float32))
+        return batch.step([entrokv.BatchStep(
+            s, slots, keys.reshape(-1, 1, 1, HEAD_DIM),
+            query.reshape(1, 1, HEAD_DIM)) for s in sessions])
+
+    raised = 0
+    steps = list(story(rng, 30))
+    for appended, query in steps:
+        calls[1].clear()
+        try:
+            step_all(appended, query)
+        except RuntimeError as e:
+            assert "host full" in str(e)
+            raised += 1
+            # Session 1's moves were handed over although session 0 raised.
+            assert any(kind == "demote" for kind, _ in calls[1]), calls[1]
+    assert raised > 0, "no step demoted anything"
+    # Both records are settled: the sessions step on, and no step is left in
+    # flight (a stuck session would answer FAILED_PRECONDITION).
+    for s in sessions:
+        assert not s._in_flight
+    for s in sessions:
+        s.close()

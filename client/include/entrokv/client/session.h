@@ -234,6 +234,9 @@ struct SessionOptions {
   // optional and gets the slot ids of one step in append order, called in
   // the order evict, demote, promote, only with a non-empty list. The spans
   // are valid during the call only.
+  // The callbacks must not throw: the library is built without exception
+  // safety, and a throw would leave the session (or a DecodeBatch's other
+  // sessions) with a step in flight.
   struct TierCallbacks {
     using Moves = std::function<void(absl::Span<const uint64_t> slot_ids)>;
     // Free these entries for good, from the device or the host tier (the

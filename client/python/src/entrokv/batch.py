@@ -129,11 +129,26 @@ class DecodeBatch:
                 self._end_stream()
         else:
             error = EntroKvError(grpc.StatusCode.UNAVAILABLE, "entrokv: nothing was sent")
+        # Every session's record is settled before any tier callback runs, so
+        # that a callback that raises leaves no other session's step in flight.
+        settled = []
         for i, st in enumerate(steps):
             if not prepared[i]:
                 continue
             try:
-                out[i] = st.session._collect_batched(response, error, index[i])
+                out[i] = st.session._settle_batched(response, error, index[i])
+                settled.append(i)
             except EntroKvError as e:
                 out[i] = e
+        # Every session's callbacks run; the first exception one raises is
+        # raised after the last.
+        raised = None
+        for i in settled:
+            try:
+                steps[i].session._deliver(out[i])
+            except Exception as e:  # pylint: disable=broad-except
+                if raised is None:
+                    raised = e
+        if raised is not None:
+            raise raised
         return out

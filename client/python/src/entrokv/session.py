@@ -26,7 +26,9 @@ guarantees:
   demote, then promote, each only with a non-empty list; the outcome still
   carries all three (an engine that sets ``evict`` frees them there, not
   again); an exception a callback raises propagates from the step call, the
-  client's record already updated. A promoted entry returns to its own
+  client's record already updated (in DecodeBatch.step: after every
+  session's record is settled and every other session's callbacks ran; the
+  first exception is raised). A promoted entry returns to its own
   append position in live_slots(); tier_slots() lists the demoted ones.
   Fail-open: the first locally decided step hands every demoted entry back
   in its ``evicted`` (merged with the rule's evictions in append order) and
@@ -565,10 +567,6 @@ class Session(SessionRecovery):
         if send:
             self._counters.bytes_sent += out.ByteSize()
         return send
-
-    def _collect_batched(self, response, error: Optional[EntroKvError],
-                         index: int) -> StepOutcome:
-        return self._deliver(self._settle_batched(response, error, index))
 
     def _settle_batched(self, response, error: Optional[EntroKvError],
                         index: int) -> StepOutcome:
