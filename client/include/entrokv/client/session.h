@@ -95,8 +95,10 @@
 // disjoint lists, each in append order: `evicted` (drop for good, from the
 // device or the host tier), `demoted` (device to host) and `promoted` (host
 // back to device). The engine applies them in that order -- evicted, then
-// demoted, then promoted -- so that its device never holds more than its
-// live entries after the previous step plus this step's appends.
+// demoted, then promoted -- so that its device never holds more than the
+// larger of its live entries after the previous step plus this step's
+// appends and its live entries after this step, and its host tier at most
+// D + P entries (docs/step-semantics.md section 12, step 7).
 //  - Callbacks. SessionOptions::tier hands the moves to the engine inside
 //    the call that returns the step's outcome (Step(), StepPipelined(),
 //    Collect(), Flush(), DecodeBatch::Step()), on the caller's thread,
