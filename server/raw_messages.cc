@@ -1,5 +1,7 @@
 #include "server/raw_messages.h"
 
+#include <vector>
+
 #include "absl/strings/str_cat.h"
 #include "google/protobuf/io/coded_stream.h"
 #include "grpcpp/support/proto_buffer_reader.h"
@@ -62,18 +64,22 @@ absl::Status ParseMessage(grpc::ByteBuffer* bytes,
 
 absl::Status ParseReusing(grpc::ByteBuffer* bytes,
                           v1::DecodeRequest* request) {
-  request->mutable_attach()->Clear();
-  request->mutable_detach()->Clear();
-  request->GetReflection()->MutableUnknownFields(request)->Clear();
-  // Keep at most as much as the new message could fill: what a stream holds
-  // between messages stays within twice its largest message.
+  // Every step held, the last message's and those left over from earlier
+  // ones, is emptied and kept only as far as the new message could fill:
+  // what a stream holds between messages stays within twice its largest
+  // message.
   size_t budget = bytes->Valid() ? bytes->Length() : 0;
   auto* steps = request->mutable_steps();
-  while (!steps->empty()) {
-    v1::SessionStep* step = steps->ReleaseLast();
+  thread_local std::vector<v1::SessionStep*> held;  // Reused: no allocation.
+  held.clear();
+  while (!steps->empty()) held.push_back(steps->ReleaseLast());
+  while (steps->ClearedCount() > 0) held.push_back(steps->ReleaseCleared());
+  for (v1::SessionStep* step : held) {
     ClearKeepingAppend(step, &budget);
     steps->AddCleared(step);  // The parse's next step reuses it, as is.
   }
+  // The rest of the message (Clear() leaves the cleared steps alone).
+  request->Clear();
   if (!bytes->Valid()) return absl::OkStatus();
   grpc::ProtoBufferReader reader(bytes);
   if (reader.status().ok()) {

@@ -36,9 +36,12 @@ absl::Status ParseMessage(grpc::ByteBuffer* bytes,
 // Append, and the capacity of their strings and repeated fields, up to the
 // new message's size in all (so a stream holds at most twice its largest
 // message between messages), so that a stream whose messages keep their
-// shape allocates nothing to parse them once warm. (Protobuf's own Clear()
-// deletes each step's Append.) A step sent without an append may then read
-// as one with an empty Append: the wire gives both one meaning.
+// shape allocates nothing to parse them once warm (except a step's Logits,
+// which a oneof cannot keep: steps that send logits allocate them). Protobuf's
+// own Clear() deletes each step's Append. A step sent without an append may
+// then read as one with an empty Append: the wire gives both one meaning.
+// Uses protobuf 3.21's RepeatedPtrField::AddCleared/ReleaseCleared (removed
+// in later protobuf; Debian 12 ships 3.21).
 absl::Status ParseReusing(grpc::ByteBuffer* bytes, v1::DecodeRequest* request);
 
 // Serializes `message` into `out`. Errors: Internal naming the message type.

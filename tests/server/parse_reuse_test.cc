@@ -179,10 +179,27 @@ TEST(ParseReuseTest, AMalformedMessageIsRefusedAndTheNextReadsWhole) {
   EXPECT_TRUE(MessageDifferencer::Equals(WithoutEmptyAppends(reused), expected));
 }
 
-// ParseReusing clears DecodeRequest's fields one by one: a new field must be
-// added there (server/raw_messages.cc) before this count is raised.
-TEST(ParseReuseTest, DecodeRequestHasTheFieldsParseReusingClears) {
-  EXPECT_EQ(v1::DecodeRequest::descriptor()->field_count(), 3);
+// A step kept from an earlier message but not used by the last one is still
+// emptied within the next message's budget: a 4 MiB step left in the pool
+// by a shorter message is let go before a small one.
+TEST(ParseReuseTest, StepsLeftOverFromEarlierMessagesAreBudgetedToo) {
+  v1::DecodeRequest reused;
+  v1::DecodeRequest two = Batch(2, 1, 1024, 0, 1);
+  two.mutable_steps(0)->mutable_append()->set_keys(
+      std::string(size_t{4} << 20, 'k'));  // The first step, 4 MiB.
+  grpc::ByteBuffer first = ToBytes(two.SerializeAsString());
+  ASSERT_TRUE(ParseReusing(&first, &reused).ok());
+  // A 5 MiB message of one step keeps both steps (within its budget) and
+  // uses one of them.
+  grpc::ByteBuffer big =
+      ToBytes(Batch(1, 5, 1 << 20, 0, 2).SerializeAsString());
+  ASSERT_TRUE(ParseReusing(&big, &reused).ok());
+  // Two small steps: whichever pooled steps they reuse hold no megabytes.
+  grpc::ByteBuffer small = ToBytes(Batch(2, 1, 1024, 0, 3).SerializeAsString());
+  ASSERT_TRUE(ParseReusing(&small, &reused).ok());
+  for (const v1::SessionStep& step : reused.steps()) {
+    EXPECT_LT(step.append().keys().capacity(), size_t{64} << 10);
+  }
 }
 
 }  // namespace
