@@ -125,6 +125,7 @@ class LockStep {
       setup_done_ = true;
       log_.setup_end = now;
     } else {
+      log_.starts.push_back(phase_start_);
       log_.ends.push_back(now);
       log_.modes.push_back(
           shared_->modes[log_.modes.size() % modes_per_round_]);
@@ -138,7 +139,8 @@ class LockStep {
          done > 0 && now - log_.setup_end >= duration)) {
       last_phase_done_.store(true);
     }
-    phase_start_ = now;
+    // After the sample: reading /proc is in no phase's time.
+    phase_start_ = shared_->server_pid.has_value() ? absl::Now() : now;
   }
 
   // Reads the server's counters at a phase's end and credits what they grew
@@ -147,12 +149,19 @@ class LockStep {
     if (!shared_->server_pid.has_value()) return;
     const std::optional<ProcessSample> now =
         SampleProcess(*shared_->server_pid);
-    if (now && last_sample_ && !log_.modes.empty()) {
+    if (!log_.modes.empty()) {
       ModeStats stats;
-      stats.server_sampled = true;
-      stats.server_cpu_seconds = now->cpu_seconds - last_sample_->cpu_seconds;
-      stats.server_context_switches =
-          now->context_switches - last_sample_->context_switches;
+      if (now && last_sample_ &&
+          now->start_ticks == last_sample_->start_ticks) {
+        stats.server_sampled = true;
+        stats.server_cpu_seconds =
+            std::max(0.0, now->cpu_seconds - last_sample_->cpu_seconds);
+        stats.server_context_switches = SwitchesSince(*last_sample_, *now);
+      } else {
+        // Unreadable, or another process under the pid: this mode's figures
+        // would cover only some of its steps, so it reports none.
+        stats.server_unsampled_phases = 1;
+      }
       shared_->Merge(log_.modes.back(), stats);
     }
     last_sample_ = now;

@@ -28,6 +28,9 @@ struct PhaseLog {
   // Per phase completed, in order: its mode and its end.
   std::vector<std::string> modes;
   std::vector<absl::Time> ends;
+  // Per phase completed: its start (after the previous phase's end and the
+  // server's counters were read).
+  std::vector<absl::Time> starts;
 };
 
 // Runs the phases of `runners` (one thread each) against `shared`, whose

@@ -33,7 +33,7 @@ Summary Summarize(ModeStats& stats, int batch) {
   s.server = ComputePercentiles(&stats.server_ns);
   if (s.count > 0) {
     s.evicted_per_step = double(stats.evicted) / (double(s.count) * batch);
-    if (stats.server_sampled) {
+    if (stats.server_sampled && stats.server_unsampled_phases == 0) {
       const double steps = double(s.count) * batch;
       s.server_cpu_us = stats.server_cpu_seconds * 1e6 / steps;
       s.context_switches = double(stats.server_context_switches) / steps;
@@ -102,6 +102,7 @@ void ModeStats::Merge(const ModeStats& other) {
     fallback_causes[code] += n;
   }
   server_sampled = server_sampled || other.server_sampled;
+  server_unsampled_phases += other.server_unsampled_phases;
   server_cpu_seconds += other.server_cpu_seconds;
   server_context_switches += other.server_context_switches;
 }

@@ -45,7 +45,10 @@ struct ModeStats {
   double wall_seconds = 0.0;  // Sum of this mode's phase durations.
   // The server process's CPU seconds and context switches during this mode's
   // phases (server_process.h), when the load generator could read them.
+  // A phase whose counters could not be read (or were another process's)
+  // counts in server_unsampled_phases, and the mode then reports none.
   bool server_sampled = false;
+  int64_t server_unsampled_phases = 0;
   double server_cpu_seconds = 0.0;
   int64_t server_context_switches = 0;
 

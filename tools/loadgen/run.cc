@@ -185,11 +185,9 @@ int Report(const PhaseLog& log, Shared* shared) {
   const Options& options = shared->options;
   absl::MutexLock lock(&shared->mu);
   CountNotStarted(log, shared);
-  absl::Time previous = log.setup_end;
   for (size_t p = 0; p < log.ends.size(); ++p) {
     shared->stats[log.modes[p]].wall_seconds +=
-        absl::ToDoubleSeconds(log.ends[p] - previous);
-    previous = log.ends[p];
+        absl::ToDoubleSeconds(log.ends[p] - log.starts[p]);
   }
   RunDescription run = Describe(options, log, shared->modes.size());
   run.policies = SummarizePolicies(shared->shadows);

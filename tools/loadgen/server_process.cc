@@ -5,6 +5,7 @@
 #include <sys/un.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstring>
 #include <fstream>
 #include <sstream>
@@ -26,8 +27,13 @@ std::optional<std::string> ReadFile(const std::string& path) {
   return text.str();
 }
 
-// utime + stime of a /proc/<pid>/stat text, in clock ticks.
-std::optional<int64_t> CpuTicks(absl::string_view stat) {
+// utime + stime and the start time of a /proc/<pid>/stat text, in clock
+// ticks.
+struct StatTicks {
+  int64_t cpu = 0;
+  int64_t start = 0;
+};
+std::optional<StatTicks> ParseStat(absl::string_view stat) {
   const size_t close = stat.rfind(')');
   if (close == absl::string_view::npos) return std::nullopt;
   // After the command: field 3 (state) on, so field i is fields[i - 3].
@@ -35,11 +41,14 @@ std::optional<int64_t> CpuTicks(absl::string_view stat) {
       absl::StrSplit(stat.substr(close + 1), ' ', absl::SkipWhitespace());
   int64_t utime = 0;
   int64_t stime = 0;
-  if (fields.size() < 13 || !absl::SimpleAtoi(fields[14 - 3], &utime) ||
-      !absl::SimpleAtoi(fields[15 - 3], &stime)) {
+  StatTicks ticks;
+  if (fields.size() < 20 || !absl::SimpleAtoi(fields[14 - 3], &utime) ||
+      !absl::SimpleAtoi(fields[15 - 3], &stime) ||
+      !absl::SimpleAtoi(fields[22 - 3], &ticks.start)) {
     return std::nullopt;
   }
-  return utime + stime;
+  ticks.cpu = utime + stime;
+  return ticks;
 }
 
 }  // namespace
@@ -64,6 +73,17 @@ std::optional<int64_t> ParseContextSwitches(absl::string_view status) {
   }
   if (!voluntary || !involuntary) return std::nullopt;
   return *voluntary + *involuntary;
+}
+
+int64_t SwitchesSince(const ProcessSample& before,
+                      const ProcessSample& after) {
+  int64_t switches = 0;
+  for (const auto& [tid, count] : after.switches_by_thread) {
+    const auto it = before.switches_by_thread.find(tid);
+    const int64_t base = it == before.switches_by_thread.end() ? 0 : it->second;
+    switches += std::max<int64_t>(0, count - base);
+  }
+  return switches;
 }
 
 std::optional<int> PeerPidOfTarget(const std::string& target) {
@@ -94,20 +114,23 @@ std::optional<int> PeerPidOfTarget(const std::string& target) {
 std::optional<ProcessSample> SampleProcess(int pid) {
   const std::string root = "/proc/" + std::to_string(pid);
   const std::optional<std::string> stat = ReadFile(root + "/stat");
-  const std::optional<int64_t> ticks = stat ? CpuTicks(*stat) : std::nullopt;
+  const std::optional<StatTicks> ticks = stat ? ParseStat(*stat) : std::nullopt;
   if (!ticks) return std::nullopt;
   ProcessSample sample;
-  sample.cpu_seconds =
-      static_cast<double>(*ticks) / static_cast<double>(sysconf(_SC_CLK_TCK));
+  sample.cpu_seconds = static_cast<double>(ticks->cpu) /
+                       static_cast<double>(sysconf(_SC_CLK_TCK));
+  sample.start_ticks = ticks->start;
   DIR* tasks = opendir((root + "/task").c_str());
   if (tasks == nullptr) return std::nullopt;
   while (const dirent* task = readdir(tasks)) {
     if (task->d_name[0] == '.') continue;
+    int64_t tid = 0;
+    if (!absl::SimpleAtoi(task->d_name, &tid)) continue;
     const std::optional<std::string> status =
         ReadFile(root + "/task/" + task->d_name + "/status");
     if (!status) continue;  // Exited since the listing.
     if (const std::optional<int64_t> n = ParseContextSwitches(*status)) {
-      sample.context_switches += *n;
+      sample.switches_by_thread[tid] = *n;
     }
   }
   closedir(tasks);

@@ -11,16 +11,23 @@
 #include <optional>
 #include <string>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/string_view.h"
 
 namespace entrokv::loadgen {
 
 struct ProcessSample {
   double cpu_seconds = 0.0;  // User + system, every thread's since the start.
-  // Voluntary + involuntary, summed over the threads alive now (a thread that
-  // has exited takes its count with it).
-  int64_t context_switches = 0;
+  int64_t start_ticks = 0;   // The process's start: tells a reused pid.
+  // Per thread alive now: voluntary + involuntary context switches.
+  absl::flat_hash_map<int64_t, int64_t> switches_by_thread;
 };
+
+// The context switches made between `before` and `after`: the growth of
+// each thread seen in both, and the whole count of each thread new in
+// `after`. A thread that exited between them takes its last switches with
+// it (an undercount).
+int64_t SwitchesSince(const ProcessSample& before, const ProcessSample& after);
 
 // The pid of the process that listens on `target` when it is a unix socket
 // ("unix:/path", "unix:///path"), found with SO_PEERCRED on a fresh
