@@ -136,8 +136,8 @@ TEST_F(SessionRegistryLoggingTest, NeverLogsWhileHoldingItsLock) {
 // Stands in for the CUDA backend where there is no device: kind kCuda,
 // refusing a demote tier as the CUDA backend does (UNIMPLEMENTED naming
 // tier.capacity, core/cuda/cuda_backend.cc), running everything else on a
-// CPU backend (so its sessions' stats say CPU: the registry's effective
-// config.placement is what names the device). It counts the sessions it
+// CPU backend (so its sessions' stats say CPU, and the tests read the
+// registry's effective config.placement, which names the device). It counts the sessions it
 // created.
 class TierlessGpuBackend final : public Backend {
  public:
@@ -200,7 +200,6 @@ TEST_F(SessionRegistryTierPlacementTest, AutoPutsATierSessionOnTheCpu) {
       SessionSnapshot tier,
       registry->Create(Config(Placement::kAuto, 6), "", false));
   EXPECT_EQ(tier.config.placement, Placement::kCpu);
-  EXPECT_EQ(tier.stats.placement, Placement::kCpu);
   EXPECT_EQ(tier.config.tier.capacity, 6);
   EXPECT_EQ(gpu_->created(), 0);
   // Without a tier auto still prefers the device.
@@ -226,7 +225,6 @@ TEST_F(SessionRegistryTierPlacementTest, GpuWithFallbackTakesTheCpu) {
   ASSERT_OK_AND_ASSIGN(SessionSnapshot s,
                        registry->Create(Config(Placement::kGpu, 6), "", true));
   EXPECT_EQ(s.config.placement, Placement::kCpu);
-  EXPECT_EQ(s.stats.placement, Placement::kCpu);
   EXPECT_EQ(gpu_->created(), 0);
   // The fallback does not move a session the device can run.
   ASSERT_OK_AND_ASSIGN(SessionSnapshot plain,
@@ -241,11 +239,11 @@ TEST_F(SessionRegistryTierPlacementTest, GpuWithoutADeviceAsBefore) {
                      absl::StatusCode::kFailedPrecondition);
   ASSERT_OK_AND_ASSIGN(SessionSnapshot s,
                        registry->Create(Config(Placement::kGpu, 6), "", true));
-  EXPECT_EQ(s.stats.placement, Placement::kCpu);
+  EXPECT_EQ(s.config.placement, Placement::kCpu);
   ASSERT_OK_AND_ASSIGN(
       SessionSnapshot a,
       registry->Create(Config(Placement::kAuto, 6), "", false));
-  EXPECT_EQ(a.stats.placement, Placement::kCpu);
+  EXPECT_EQ(a.config.placement, Placement::kCpu);
 }
 
 }  // namespace
