@@ -176,10 +176,11 @@ std::string FallbackFixture() {
   return out;
 }
 
-TEST(FallbackFixtureTest, TheSharedFixtureIsWhatThisLibraryAnswers) {
+// Compares tests/fixtures/`name` with `expected` (this library's answers),
+// first rewriting the file when ENTROKV_UPDATE_FIXTURES=1.
+void ExpectFixture(const char* name, const std::string& expected) {
   const std::string path =
-      absl::StrCat(ENTROKV_SOURCE_DIR, "/tests/fixtures/fallback_streaming.txt");
-  const std::string expected = FallbackFixture();
+      absl::StrCat(ENTROKV_SOURCE_DIR, "/tests/fixtures/", name);
   const char* update = std::getenv("ENTROKV_UPDATE_FIXTURES");
   if (update != nullptr && std::string(update) == "1") {
     std::ofstream(path) << expected;
@@ -190,6 +191,10 @@ TEST(FallbackFixtureTest, TheSharedFixtureIsWhatThisLibraryAnswers) {
   text << in.rdbuf();
   EXPECT_EQ(text.str(), expected)
       << path << " differs from what the C++ live set answers";
+}
+
+TEST(FallbackFixtureTest, TheSharedFixtureIsWhatThisLibraryAnswers) {
+  ExpectFixture("fallback_streaming.txt", FallbackFixture());
 }
 
 // The demote tier's record and fail-open rule on shared vectors, as
@@ -274,19 +279,7 @@ std::string TierFixture() {
 }
 
 TEST(FallbackFixtureTest, TheSharedTierFixtureIsWhatThisLibraryAnswers) {
-  const std::string path =
-      absl::StrCat(ENTROKV_SOURCE_DIR, "/tests/fixtures/tier_live_set.txt");
-  const std::string expected = TierFixture();
-  const char* update = std::getenv("ENTROKV_UPDATE_FIXTURES");
-  if (update != nullptr && std::string(update) == "1") {
-    std::ofstream(path) << expected;
-  }
-  std::ifstream in(path);
-  ASSERT_TRUE(in.good()) << path;
-  std::stringstream text;
-  text << in.rdbuf();
-  EXPECT_EQ(text.str(), expected)
-      << path << " differs from what the C++ live set answers";
+  ExpectFixture("tier_live_set.txt", TierFixture());
 }
 
 // A demote tier (live_set.h): slots 10..15 at append indices 0..5, 12
