@@ -4,8 +4,6 @@
 #include <sys/resource.h>
 #include <unistd.h>
 
-#include <fstream>
-#include <sstream>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -13,17 +11,11 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/proc_stat.h"
 
 namespace entrokv::server {
 namespace {
 
-std::optional<std::string> ReadFile(const char* path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
 
 void Metric(std::string* out, absl::string_view name, absl::string_view type,
             absl::string_view help, absl::string_view value) {
@@ -44,24 +36,6 @@ std::optional<int64_t> OpenFds() {
 
 }  // namespace
 
-std::optional<ProcStat> ParseProcStat(absl::string_view text) {
-  const size_t close = text.rfind(')');
-  if (close == absl::string_view::npos) return std::nullopt;
-  // Fields 3 (state) on; fields[i] is field i + 3.
-  const std::vector<absl::string_view> fields =
-      absl::StrSplit(text.substr(close + 1), ' ', absl::SkipWhitespace());
-  if (fields.size() < 22) return std::nullopt;
-  ProcStat stat;
-  // utime 14, stime 15, starttime 22, vsize 23, rss 24.
-  if (!absl::SimpleAtoi(fields[14 - 3], &stat.utime_ticks) ||
-      !absl::SimpleAtoi(fields[15 - 3], &stat.stime_ticks) ||
-      !absl::SimpleAtoi(fields[22 - 3], &stat.start_ticks) ||
-      !absl::SimpleAtoi(fields[23 - 3], &stat.vsize_bytes) ||
-      !absl::SimpleAtoi(fields[24 - 3], &stat.rss_pages)) {
-    return std::nullopt;
-  }
-  return stat;
-}
 
 std::optional<int64_t> ParseBootTime(absl::string_view text) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
@@ -75,7 +49,7 @@ std::optional<int64_t> ParseBootTime(absl::string_view text) {
 
 void AppendProcessMetrics(std::string* out) {
   const double ticks = static_cast<double>(sysconf(_SC_CLK_TCK));
-  const std::optional<std::string> stat_text = ReadFile("/proc/self/stat");
+  const std::optional<std::string> stat_text = ReadProcFile("/proc/self/stat");
   const std::optional<ProcStat> stat =
       stat_text ? ParseProcStat(*stat_text) : std::nullopt;
   if (stat) {
@@ -98,7 +72,7 @@ void AppendProcessMetrics(std::string* out) {
            "Maximum number of open file descriptors.",
            absl::StrCat(limit.rlim_cur));
   }
-  const std::optional<std::string> proc_stat = ReadFile("/proc/stat");
+  const std::optional<std::string> proc_stat = ReadProcFile("/proc/stat");
   const std::optional<int64_t> boot =
       proc_stat ? ParseBootTime(*proc_stat) : std::nullopt;
   if (stat && boot) {

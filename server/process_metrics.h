@@ -21,22 +21,14 @@
 #include <string>
 
 #include "absl/strings/string_view.h"
+#include "common/proc_stat.h"
 
 namespace entrokv::server {
 
-// The fields of /proc/<pid>/stat the metrics use, in their own units.
-struct ProcStat {
-  int64_t utime_ticks = 0;
-  int64_t stime_ticks = 0;
-  int64_t start_ticks = 0;  // After boot.
-  int64_t vsize_bytes = 0;
-  int64_t rss_pages = 0;
-};
-
-// Parses the text of /proc/<pid>/stat (proc(5)); nullopt when malformed.
-// The command name (field 2) may hold spaces and parentheses: the fields
-// after it are counted from its last ')'.
-std::optional<ProcStat> ParseProcStat(absl::string_view text);
+// /proc/<pid>/stat's parser (common/proc_stat.h), as the metrics' tests
+// name it.
+using ::entrokv::ParseProcStat;
+using ::entrokv::ProcStat;
 
 // The boot time, seconds since the epoch, from the text of /proc/stat
 // ("btime N"); nullopt when absent.

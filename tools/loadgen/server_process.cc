@@ -7,51 +7,14 @@
 
 #include <algorithm>
 #include <cstring>
-#include <fstream>
-#include <sstream>
-#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/proc_stat.h"
 
 namespace entrokv::loadgen {
-namespace {
-
-std::optional<std::string> ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  if (!in) return std::nullopt;
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
-// utime + stime and the start time of a /proc/<pid>/stat text, in clock
-// ticks.
-struct StatTicks {
-  int64_t cpu = 0;
-  int64_t start = 0;
-};
-std::optional<StatTicks> ParseStat(absl::string_view stat) {
-  const size_t close = stat.rfind(')');
-  if (close == absl::string_view::npos) return std::nullopt;
-  // After the command: field 3 (state) on, so field i is fields[i - 3].
-  const std::vector<absl::string_view> fields =
-      absl::StrSplit(stat.substr(close + 1), ' ', absl::SkipWhitespace());
-  int64_t utime = 0;
-  int64_t stime = 0;
-  StatTicks ticks;
-  if (fields.size() < 20 || !absl::SimpleAtoi(fields[14 - 3], &utime) ||
-      !absl::SimpleAtoi(fields[15 - 3], &stime) ||
-      !absl::SimpleAtoi(fields[22 - 3], &ticks.start)) {
-    return std::nullopt;
-  }
-  ticks.cpu = utime + stime;
-  return ticks;
-}
-
-}  // namespace
 
 std::optional<int64_t> ParseContextSwitches(absl::string_view status) {
   std::optional<int64_t> voluntary;
@@ -113,13 +76,15 @@ std::optional<int> PeerPidOfTarget(const std::string& target) {
 
 std::optional<ProcessSample> SampleProcess(int pid) {
   const std::string root = "/proc/" + std::to_string(pid);
-  const std::optional<std::string> stat = ReadFile(root + "/stat");
-  const std::optional<StatTicks> ticks = stat ? ParseStat(*stat) : std::nullopt;
-  if (!ticks) return std::nullopt;
+  const std::optional<std::string> text = ReadProcFile(root + "/stat");
+  const std::optional<ProcStat> stat =
+      text ? ParseProcStat(*text) : std::nullopt;
+  if (!stat) return std::nullopt;
   ProcessSample sample;
-  sample.cpu_seconds = static_cast<double>(ticks->cpu) /
+  sample.cpu_seconds = static_cast<double>(stat->utime_ticks +
+                                           stat->stime_ticks) /
                        static_cast<double>(sysconf(_SC_CLK_TCK));
-  sample.start_ticks = ticks->start;
+  sample.start_ticks = stat->start_ticks;
   DIR* tasks = opendir((root + "/task").c_str());
   if (tasks == nullptr) return std::nullopt;
   while (const dirent* task = readdir(tasks)) {
@@ -127,7 +92,7 @@ std::optional<ProcessSample> SampleProcess(int pid) {
     int64_t tid = 0;
     if (!absl::SimpleAtoi(task->d_name, &tid)) continue;
     const std::optional<std::string> status =
-        ReadFile(root + "/task/" + task->d_name + "/status");
+        ReadProcFile(root + "/task/" + task->d_name + "/status");
     if (!status) continue;  // Exited since the listing.
     if (const std::optional<int64_t> n = ParseContextSwitches(*status)) {
       sample.switches_by_thread[tid] = *n;
