@@ -29,7 +29,9 @@ class LiveSet:
     """Live entries by append index (0, 1, 2, ... as the server numbers them)."""
 
     def __init__(self) -> None:
-        self._entries: Dict[int, tuple] = {}  # Live: index -> (slot_id, pinned)
+        # Live: index -> (slot_id, pinned). Python dicts keep insertion order,
+        # kept equal to append order (promote() re-sorts after inserting).
+        self._entries: Dict[int, tuple] = {}
         self._tier: Dict[int, tuple] = {}  # Demoted, likewise.
         self._index_of: Dict[int, int] = {}  # Live and demoted.
         self.next_index = 0
@@ -104,11 +106,13 @@ class LiveSet:
             elif index in self._tier:
                 self._entries[index] = self._tier.pop(index)
                 moved += 1
+        if moved:  # Back to append order: a promoted index is an older one.
+            self._entries = dict(sorted(self._entries.items()))
         return moved
 
     def slots(self) -> List[int]:
         """Live ids in append order."""
-        return [sid for _, (sid, _) in sorted(self._entries.items())]
+        return [sid for sid, _ in self._entries.values()]
 
     def tier_slots(self) -> List[int]:
         """Demoted ids in append order."""
@@ -116,7 +120,7 @@ class LiveSet:
 
     def entries(self) -> Tuple[List[int], List[bool]]:
         """Live ids and their pinned flags, in append order."""
-        values = [v for _, v in sorted(self._entries.items())]
+        values = list(self._entries.values())
         return [sid for sid, _ in values], [p for _, p in values]
 
     def fail_open_evictions(self, rule: StreamingRule) -> List[int]:
@@ -139,7 +143,7 @@ class LiveSet:
             return pinned or index < rule.sinks or index >= recent_from
 
         evicted: List[int] = []
-        items = sorted(self._entries.items())
+        items = list(self._entries.items())
         if rule.block_size <= 1:
             for index, (sid, pinned) in items:
                 if need == 0:
