@@ -4,8 +4,10 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <deque>
 #include <fstream>
 #include <limits>
+#include <memory>
 #include <sstream>
 #include <utility>
 #include <vector>
@@ -143,6 +145,14 @@ class DecodeBatchImpl final : public DecodeBatch,
         api_(api),
         stream_(OpenStream(shared_, api_)) {}
 
+  // Its sessions outlive it as sessions that cannot step; what they have in
+  // flight is decided locally when collected.
+  ~DecodeBatchImpl() override {
+    FailAll(absl::UnavailableError(
+        "entrokv: the session's DecodeBatch was destroyed"));
+    for (Session::Impl* member : members_) member->BatchGone();
+  }
+
   absl::StatusOr<std::unique_ptr<Session>> CreateSession(
       const SessionConfig& config, const SessionOptions& options,
       std::string_view session_id) override;
@@ -151,6 +161,9 @@ class DecodeBatchImpl final : public DecodeBatch,
       absl::Span<const BatchStep> steps) override;
 
   client_internal::DecodeStream* LiveStream() override {
+    // What is next read on the stream must be the caller's answer (reading
+    // may end the stream).
+    while (!flying_.empty()) ReadOne();
     if (ended_) {
       stream_ = OpenStream(shared_, api_);
       ended_ = false;
@@ -164,15 +177,107 @@ class DecodeBatchImpl final : public DecodeBatch,
     stream_->Cancel();
     ended_ = true;
     ++generation_;
+    FailAll(absl::UnavailableError("entrokv: the DecodeBatch's stream ended"));
+  }
+
+  bool Holds(const Session::Impl* session) const override {
+    return gathered_.contains(session);
+  }
+  v1::SessionStep* AddStep(std::shared_ptr<client_internal::BatchMessage>* m,
+                           int* index) override {
+    if (open_ == nullptr) {
+      open_ = std::make_shared<client_internal::BatchMessage>();
+      open_request_ = std::make_unique<v1::DecodeRequest>();
+      open_deadline_ = absl::InfiniteDuration();
+    }
+    *m = open_;
+    *index = open_request_->steps_size();
+    return open_request_->add_steps();
+  }
+  void DropLastStep() override { open_request_->mutable_steps()->RemoveLast(); }
+  void Gathered(const Session::Impl* session, bool sent,
+                absl::Duration deadline) override {
+    gathered_.insert(session);
+    if (sent) open_deadline_ = std::min(open_deadline_, deadline);
+    if (gathered_.size() >= members_.size() - closed_.size()) SendGathered();
+  }
+  void SendGathered() override {
+    gathered_.clear();
+    if (open_ == nullptr) return;
+    std::shared_ptr<client_internal::BatchMessage> message = std::move(open_);
+    std::unique_ptr<v1::DecodeRequest> request = std::move(open_request_);
+    message->sent = true;
+    message->steps = request->steps_size();
+    message->until = absl::Now() + open_deadline_;
+    if (message->steps == 0) {
+      message->response = absl::UnavailableError("entrokv: nothing was sent");
+      return;
+    }
+    if (ended_) {
+      // Cannot happen: the stream's end failed the message being gathered,
+      // and a session attaches again only to a new stream. Fail safe.
+      message->response =
+          absl::UnavailableError("entrokv: the DecodeBatch's stream ended");
+      return;
+    }
+    stream_->Send(std::move(request), message->until);
+    flying_.push_back(std::move(message));
+  }
+  void Await(client_internal::BatchMessage* message) override {
+    if (message == open_.get()) SendGathered();
+    while (!message->response.has_value() && !flying_.empty()) ReadOne();
+  }
+  void Closed(const Session::Impl* session) override {
+    closed_.insert(session);
+    gathered_.erase(session);
+  }
+  void Leave(Session::Impl* session) override {
+    members_.erase(session);
+    closed_.erase(session);
+    gathered_.erase(session);
   }
 
  private:
+  // Reads the answer to the oldest message in flight; a failed or malformed
+  // one ends the stream.
+  void ReadOne() {
+    std::shared_ptr<client_internal::BatchMessage> message =
+        std::move(flying_.front());
+    flying_.pop_front();
+    absl::StatusOr<v1::DecodeResponse> response = stream_->Next(message->until);
+    const bool failed =
+        !response.ok() || response->results_size() != message->steps;
+    message->response = std::move(response);
+    if (failed) EndStream();
+  }
+  // Every message in flight and the one being gathered fail with `why`.
+  void FailAll(const absl::Status& why) {
+    for (const auto& message : flying_) message->response = why;
+    flying_.clear();
+    if (open_ != nullptr) open_->response = why;
+    open_.reset();
+    open_request_.reset();
+    gathered_.clear();
+  }
+
   ClientImpl* const client_;
   const ClientShared shared_;
   const StreamApi api_;
   std::unique_ptr<client_internal::DecodeStream> stream_;
   bool ended_ = false;
   int64_t generation_ = 0;
+  // Its sessions not destroyed, and those of them that are closed.
+  absl::flat_hash_set<Session::Impl*> members_;
+  absl::flat_hash_set<const Session::Impl*> closed_;
+  // The message being gathered (null: none), its request, its deadline
+  // (the smallest step deadline in it) and the sessions that gathered a
+  // step since the last message was sent, locally decided ones included.
+  std::shared_ptr<client_internal::BatchMessage> open_;
+  std::unique_ptr<v1::DecodeRequest> open_request_;
+  absl::Duration open_deadline_ = absl::InfiniteDuration();
+  absl::flat_hash_set<const Session::Impl*> gathered_;
+  // Sent and not yet answered, oldest first.
+  std::deque<std::shared_ptr<client_internal::BatchMessage>> flying_;
 };
 
 class ClientImpl final : public Client {
@@ -367,7 +472,10 @@ absl::StatusOr<std::unique_ptr<Session>> DecodeBatchImpl::CreateSession(
   absl::StatusOr<std::unique_ptr<Session>> session =
       client_->CreateSessionOn(config, options, session_id, this);
   // An offline session has no stream; it still steps through the batch.
-  if (session.ok()) (*session)->impl()->SetBatch(this);
+  if (session.ok()) {
+    (*session)->impl()->SetBatch(this);
+    members_.insert((*session)->impl());
+  }
   return session;
 }
 
@@ -375,12 +483,11 @@ std::vector<absl::StatusOr<StepOutcome>> DecodeBatchImpl::Step(
     absl::Span<const BatchStep> steps) {
   std::vector<absl::StatusOr<StepOutcome>> out(
       steps.size(), absl::InternalError("entrokv: not stepped"));
-  auto message = std::make_unique<v1::DecodeRequest>();
-  std::vector<int> index(steps.size(), -1);  // Result position, or -1.
-  std::vector<bool> prepared(steps.size(), false);
-  const int64_t generation_at_start = generation_;
+  // The steps the per-session calls gathered go first, in their own
+  // message.
+  SendGathered();
+  std::vector<bool> gathered(steps.size(), false);
   absl::flat_hash_set<const Session*> seen;
-  absl::Duration deadline = absl::InfiniteDuration();
   for (size_t i = 0; i < steps.size(); ++i) {
     Session* session = steps[i].session;
     if (session == nullptr || session->impl()->batch() != this) {
@@ -393,39 +500,16 @@ std::vector<absl::StatusOr<StepOutcome>> DecodeBatchImpl::Step(
           absl::StrCat("steps[", i, "].session: appears twice in the batch"));
       continue;
     }
-    v1::SessionStep* wire = message->add_steps();
-    bool sent = false;
-    absl::Status status =
-        session->impl()->PrepareBatched(steps[i].request, wire, &sent);
-    if (!sent) message->mutable_steps()->RemoveLast();
+    absl::Status status = session->impl()->StepBatched(steps[i].request);
     if (!status.ok()) {
       out[i] = status;
       continue;
     }
-    prepared[i] = true;
-    if (sent) {
-      index[i] = message->steps_size() - 1;
-      deadline = std::min(deadline, session->impl()->step_deadline());
-    }
+    gathered[i] = true;
   }
-  absl::StatusOr<v1::DecodeResponse> response =
-      absl::UnavailableError("entrokv: nothing was sent");
-  if (generation_ != generation_at_start) {
-    // A recovery's attach failed above and ended the stream the sessions
-    // prepared before it were attached to: their steps are decided locally.
-    response = absl::UnavailableError(
-        "entrokv: the DecodeBatch's stream ended while the step was prepared");
-  } else if (message->steps_size() > 0) {
-    const int sent = message->steps_size();
-    const absl::Time until = absl::Now() + deadline;
-    client_internal::DecodeStream* stream = LiveStream();
-    stream->Send(std::move(message), until);
-    response = stream->Next(until);
-    if (!response.ok() || response->results_size() != sent) EndStream();
-  }
+  SendGathered();
   for (size_t i = 0; i < steps.size(); ++i) {
-    if (!prepared[i]) continue;
-    out[i] = steps[i].session->impl()->CollectBatched(response, index[i]);
+    if (gathered[i]) out[i] = steps[i].session->impl()->Collect();
   }
   return out;
 }

@@ -95,6 +95,10 @@ Session::Impl::Impl(client_internal::ClientShared shared,
   shared_.totals->AddDelta(before, counters_);
 }
 
+Session::Impl::~Impl() {
+  if (batch_ != nullptr) batch_->Leave(this);
+}
+
 bool Session::Impl::NextStepDecides(int64_t appended) const {
   const int32_t every = config_.decide_every;
   if (every <= 1) return true;
@@ -194,15 +198,15 @@ absl::Status Session::Impl::StepAsyncImpl(const StepRequest& request) {
   if (closed_) {
     return absl::FailedPreconditionError("entrokv: the session is closed");
   }
-  if (batch_ != nullptr) {
+  if (batch_gone_) {
     return absl::FailedPreconditionError(
-        "entrokv: this session belongs to a DecodeBatch; step it with "
-        "DecodeBatch::Step");
+        "entrokv: the session's DecodeBatch was destroyed");
   }
   if (in_flight_.size() >= 2) {
     return absl::FailedPreconditionError(
         "entrokv: two steps in flight already; Collect() first");
   }
+  if (batch_ != nullptr) return GatherStep(request);
   if (degraded_) MaybeRecover(request);
   std::unique_ptr<v1::DecodeRequest> message;
   if (!degraded_) message = std::make_unique<v1::DecodeRequest>();
@@ -294,63 +298,79 @@ absl::Status Session::Impl::Prepare(const StepRequest& request,
   return absl::OkStatus();
 }
 
-absl::Status Session::Impl::PrepareBatched(const StepRequest& request,
-                                           v1::SessionStep* out, bool* sent) {
+absl::Status Session::Impl::StepBatched(const StepRequest& request) {
   const SessionCounters before = counters_;
   absl::Status status;
-  *sent = false;
   if (closed_) {
     status = absl::FailedPreconditionError("entrokv: the session is closed");
   } else if (!in_flight_.empty()) {
     status = absl::FailedPreconditionError(
         "entrokv: a step of this session is already in flight");
   } else {
-    if (!degraded_ && batch_generation_ != batch_->generation()) {
-      // The batch's stream ended under another session's step: this
-      // session's server state may be ahead of the engine's; start over.
-      Degrade(absl::UnavailableError(
-          "entrokv: the DecodeBatch's stream ended"));
-    }
-    if (degraded_) MaybeRecover(request);
-    status = Prepare(request, degraded_ ? nullptr : out);
-    *sent = status.ok() && !degraded_;
-    if (*sent)
-      counters_.bytes_sent += static_cast<int64_t>(out->ByteSizeLong());
+    status = GatherStep(request);
   }
   shared_.totals->AddDelta(before, counters_);
   return status;
 }
 
-absl::StatusOr<StepOutcome> Session::Impl::CollectBatched(
-    const absl::StatusOr<v1::DecodeResponse>& response, int index) {
-  const SessionCounters before = counters_;
-  absl::StatusOr<StepOutcome> outcome = [&]() -> absl::StatusOr<StepOutcome> {
-    Pending pending = std::move(in_flight_.front());
-    in_flight_.pop_front();
-    if (pending.decided.has_value()) return *std::move(pending.decided);
-    if (pending.local) {
-      return Fallback(pending, LocalCause());
+absl::Status Session::Impl::GatherStep(const StepRequest& request) {
+  // One step per session per message: a step still being gathered goes
+  // first.
+  if (batch_->Holds(this)) batch_->SendGathered();
+  if (!degraded_ && batch_generation_ != batch_->generation()) {
+    // The batch's stream ended under another session's step: this
+    // session's server state may be ahead of the engine's; start over.
+    Degrade(absl::UnavailableError("entrokv: the DecodeBatch's stream ended"));
+  }
+  if (degraded_) MaybeRecover(request);
+  std::shared_ptr<client_internal::BatchMessage> message;
+  int index = -1;
+  v1::SessionStep* out =
+      degraded_ ? nullptr : batch_->AddStep(&message, &index);
+  absl::Status status = Prepare(request, out);
+  if (!status.ok()) {
+    if (out != nullptr) batch_->DropLastStep();
+    return status;
+  }
+  if (out != nullptr) {
+    counters_.bytes_sent += static_cast<int64_t>(out->ByteSizeLong());
+    in_flight_.back().message = std::move(message);
+    in_flight_.back().index = index;
+  }
+  batch_->Gathered(this, out != nullptr, options_.step_deadline);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<StepOutcome> Session::Impl::CollectGathered(
+    const Pending& pending) {
+  if (degraded_) return Fallback(pending, Cause::kDegraded);
+  client_internal::BatchMessage* message = pending.message.get();
+  if (batch_ != nullptr) batch_->Await(message);
+  if (!message->response.has_value()) {
+    message->response = absl::UnavailableError(
+        "entrokv: the session's DecodeBatch was destroyed");
+  }
+  const absl::StatusOr<v1::DecodeResponse>& response = *message->response;
+  if (!response.ok()) {
+    const bool deadline =
+        response.status().code() == absl::StatusCode::kDeadlineExceeded;
+    if (pending.resync) {
+      recovery_wait_ =
+          std::min(recovery_wait_ * 2, options_.max_recovery_interval);
     }
-    if (!response.ok()) {
-      const bool deadline =
-          response.status().code() == absl::StatusCode::kDeadlineExceeded;
-      Degrade(response.status());
-      return Fallback(pending,
-                      deadline ? Cause::kDeadline : Cause::kUnavailable);
-    }
-    if (index < 0 || index >= response->results_size() ||
-        response->results(index).session_id() != id_) {
-      Degrade(absl::InternalError(
-          "entrokv: a batch response without this session's result"));
-      return Fallback(pending, Cause::kUnavailable);
-    }
-    counters_.bytes_received +=
-        static_cast<int64_t>(response->results(index).ByteSizeLong());
-    return Finish(pending, response->results(index));
-  }();
-  shared_.totals->AddDelta(before, counters_);
-  if (outcome.ok()) DeliverMoves(*outcome);
-  return outcome;
+    Degrade(response.status());
+    return Fallback(pending, deadline ? Cause::kDeadline : Cause::kUnavailable);
+  }
+  const int index = pending.index;
+  if (index < 0 || index >= response->results_size() ||
+      response->results(index).session_id() != id_) {
+    Degrade(absl::InternalError(
+        "entrokv: a batch response without this session's result"));
+    return Fallback(pending, Cause::kUnavailable);
+  }
+  counters_.bytes_received +=
+      static_cast<int64_t>(response->results(index).ByteSizeLong());
+  return Finish(pending, response->results(index));
 }
 
 void Session::Impl::Degrade(absl::Status why) {
@@ -406,6 +426,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
   if (pending.local) {
     return Fallback(pending, LocalCause());
   }
+  if (pending.message != nullptr) return CollectGathered(pending);
   if (degraded_) return Fallback(pending, Cause::kDegraded);
 
   absl::StatusOr<v1::DecodeResponse> response =
@@ -483,6 +504,7 @@ absl::Status Session::Impl::Close() {
   const SessionCounters before = counters_;
   closed_ = true;
   in_flight_.clear();
+  if (batch_ != nullptr) batch_->Closed(this);
   absl::Status status = absl::OkStatus();
   if (!id_.empty()) {
     grpc::ClientContext context;

@@ -29,6 +29,17 @@
 namespace entrokv {
 namespace client_internal {
 
+// One DecodeRequest of a DecodeBatch: the steps its sessions gathered, sent
+// as one message and answered by one response (batch.h).
+struct BatchMessage {
+  bool sent = false;
+  int steps = 0;                          // Steps in it, once sent.
+  absl::Time until = absl::InfinitePast();  // Its deadline, once sent.
+  // Its answer, once read; an error when the stream ended, the deadline
+  // passed, or the batch went first.
+  std::optional<absl::StatusOr<v1::DecodeResponse>> response;
+};
+
 // What a session of a DecodeBatch needs of its batch (client.cc's
 // DecodeBatchImpl). The batch's stream serves all its sessions; when a step
 // message of the batch fails, the batch ends that stream and counts a new
@@ -37,12 +48,39 @@ namespace client_internal {
 class BatchLink {
  public:
   virtual ~BatchLink() = default;
-  // The batch's stream, a new one opened first when the last one ended.
+  // The batch's stream, a new one opened first when the last one ended;
+  // the answers to the messages in flight on it are read first, so that an
+  // attach sent on it next reads its own answer.
   virtual DecodeStream* LiveStream() = 0;
   virtual int64_t generation() const = 0;
   // Ends the stream (a message or an attach on it failed): the next
-  // LiveStream() opens a new one.
+  // LiveStream() opens a new one. The messages in flight and the one being
+  // gathered fail (UNAVAILABLE).
   virtual void EndStream() = 0;
+
+  // Gathering (batch.h, "Steps of the per-session calls"). True when the
+  // message being gathered holds a step of `session` already.
+  virtual bool Holds(const Session::Impl* session) const = 0;
+  // A new step of the message being gathered (opened when none is), to be
+  // filled; its message and its position there.
+  virtual v1::SessionStep* AddStep(std::shared_ptr<BatchMessage>* message,
+                                   int* index) = 0;
+  // Takes back the step AddStep() added last (its session rejected it).
+  virtual void DropLastStep() = 0;
+  // `session` has gathered its step (sent or decided locally); `deadline`
+  // its step deadline when sent. Sends the message once every session of
+  // the batch has gathered one.
+  virtual void Gathered(const Session::Impl* session, bool sent,
+                        absl::Duration deadline) = 0;
+  // Sends the message being gathered, if any.
+  virtual void SendGathered() = 0;
+  // Sends `message` if it is still being gathered, then reads the answers
+  // in order until its own (or the stream's failure) is in.
+  virtual void Await(BatchMessage* message) = 0;
+  // `session` is closed: it no longer counts in Gathered().
+  virtual void Closed(const Session::Impl* session) = 0;
+  // `session` is destroyed.
+  virtual void Leave(Session::Impl* session) = 0;
 };
 
 }  // namespace client_internal
@@ -59,6 +97,8 @@ class Session::Impl {
   // Counts itself in counters().offline_sessions.
   Impl(client_internal::ClientShared shared, const SessionConfig& requested,
        const SessionOptions& options, absl::Status why);
+  // Leaves its DecodeBatch, if any.
+  ~Impl();
 
   // Seeds the live set (Attach).
   void SeedLive(absl::Span<const uint64_t> slots) { live_.Append(slots, {}); }
@@ -81,21 +121,24 @@ class Session::Impl {
   absl::StatusOr<StepOutcome> Collect();
   absl::Status Close();
 
-  // DecodeBatch's halves (batch.h): sessions of a batch share its stream.
+  // Sessions of a DecodeBatch (batch.h) share its stream: their steps are
+  // gathered into the batch's messages, by DecodeBatch::Step() or by the
+  // per-session calls above.
   // The session is attached to `batch`'s stream now.
   void SetBatch(client_internal::BatchLink* batch) {
     batch_ = batch;
     batch_generation_ = batch->generation();
   }
   const client_internal::BatchLink* batch() const { return batch_; }
-  // Validates and records a step; fills `out` (a step of the batch's
-  // message) when the session is online, and says so in `sent`.
-  absl::Status PrepareBatched(const StepRequest& request, v1::SessionStep* out,
-                              bool* sent);
-  // Settles the step prepared last from the batch's response (`index`: its
-  // result's position; any value when it was not sent).
-  absl::StatusOr<StepOutcome> CollectBatched(
-      const absl::StatusOr<v1::DecodeResponse>& response, int index);
+  // The batch is destroyed: later steps fail with FailedPrecondition, steps
+  // in flight are decided locally.
+  void BatchGone() {
+    batch_ = nullptr;
+    batch_gone_ = true;
+  }
+  // DecodeBatch::Step()'s half: validates and gathers a step into the
+  // batch's message being gathered (REQUIRES: no step in flight).
+  absl::Status StepBatched(const StepRequest& request);
   absl::Duration step_deadline() const { return options_.step_deadline; }
 
  private:
@@ -112,6 +155,10 @@ class Session::Impl {
     bool resync;  // Also re-sent the live entries after a recovery.
     // Decided locally already (a recovery settles the steps in flight).
     std::optional<StepOutcome> decided;
+    // A session of a DecodeBatch: the message that carries the step, and
+    // the step's position in it (null when not sent).
+    std::shared_ptr<client_internal::BatchMessage> message;
+    int index = -1;
   };
   // The live entries a recovery re-sends, in append order, before the next
   // step's own appends.
@@ -124,6 +171,9 @@ class Session::Impl {
   // Validates `request`, writes its wire form into `out` (unless null: the
   // step is decided locally) and records it in flight.
   absl::Status Prepare(const StepRequest& request, v1::SessionStep* out);
+  // The batch halves of StepAsyncImpl and CollectImpl.
+  absl::Status GatherStep(const StepRequest& request);
+  absl::StatusOr<StepOutcome> CollectGathered(const Pending& pending);
   absl::StatusOr<StepOutcome> Finish(const Pending& pending,
                                      const v1::SessionStepResult& result);
   absl::Status Validate(const StepRequest& request, double* entropy,
@@ -197,6 +247,7 @@ class Session::Impl {
   // when this session was last attached to it.
   client_internal::BatchLink* batch_ = nullptr;
   int64_t batch_generation_ = 0;
+  bool batch_gone_ = false;  // Its DecodeBatch was destroyed first.
   SessionCounters counters_;
 };
 

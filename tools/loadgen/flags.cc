@@ -69,6 +69,11 @@ ABSL_FLAG(int32_t, batch, 1,
           "Sessions per DecodeBatch: each thread steps N sessions with one "
           "message per decode step (client library); Echo then sends one "
           "message of the same bytes. 1: one stream per session");
+ABSL_FLAG(std::string, batch_calls, "batch",
+          "With --batch > 1, how a thread steps its sessions: batch "
+          "(DecodeBatch::Step, the whole batch in one call) or session (each "
+          "session's StepAsync, then each one's Collect: the library gathers "
+          "them into one message)");
 ABSL_FLAG(std::string, sketch, "exact",
           "exact or project:R (client library only: it projects)");
 ABSL_FLAG(std::string, query_form, "per_head",
@@ -250,6 +255,10 @@ absl::Status ApplyLoadFlags(Options* options) {
         "--batch, --sketch and --query_form=group_sum need the client "
         "library: add --client=library");
   }
+  options->batch_calls = absl::GetFlag(FLAGS_batch_calls);
+  if (options->batch_calls != "batch" && options->batch_calls != "session") {
+    return absl::InvalidArgumentError("--batch_calls: batch or session");
+  }
   if (options->sessions % options->batch != 0) {
     return absl::InvalidArgumentError(
         absl::StrFormat("--sessions %d is not a multiple of --batch %d",
@@ -310,7 +319,8 @@ void ParseCommandLine(int argc, char** argv) {
             {"target", "tls_root_certs", "tls_cert", "tls_key",
              "auth_token_file"}},
            {"Load",
-            {"mode", "client", "sessions", "batch", "rounds", "steps_per_round",
+            {"mode", "client", "sessions", "batch", "batch_calls", "rounds",
+             "steps_per_round",
              "duration", "rate", "prefill", "prefill_chunk", "pool", "seed"}},
            {"Session shape and policy",
             {"shape", "layers", "kv_heads", "q_heads", "head_dim", "dtype",

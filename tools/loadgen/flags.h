@@ -32,6 +32,9 @@ struct Options {
   SessionOptions session_options;
   int sessions = 0;
   int batch = 1;            // Sessions per thread.
+  // With batch > 1: "batch" (DecodeBatch::Step) or "session" (each
+  // session's StepAsync and Collect, gathered by the library).
+  std::string batch_calls = "batch";
   int threads = 0;          // sessions / batch.
   int rounds = 0;           // Ignored with a duration.
   absl::Duration duration;  // Zero: `rounds` rounds.

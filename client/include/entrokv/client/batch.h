@@ -28,9 +28,35 @@
 // the batch falls back. Split larger decode batches over several
 // DecodeBatches.
 //
-// Sessions of a batch are stepped only through it (Session::Step and friends
-// answer FailedPrecondition); Session::Close(), counters(), LiveSlots() work
-// as usual. A Session may outlive its DecodeBatch, but cannot step then.
+// Steps of the per-session calls. A session of a batch may also be stepped
+// with its own Session calls (Step, StepPipelined, StepAsync and Collect,
+// Flush), as an engine that keeps one Session per sequence does: nothing
+// else changes in the engine. Such a step is gathered into the batch's next
+// message rather than sent at once, and the message is sent when
+//  - every open session of the batch has gathered a step since the last
+//    message was sent (a decode iteration that steps every sequence sends
+//    one message, at its last sequence's call);
+//  - a call needs the answer to a gathered step (Collect, Flush, a blocking
+//    Step, StepPipelined collecting the previous step);
+//  - a session gathers its next step (one step per session per message);
+//  - DecodeBatch::Step() is called (the gathered steps go first, in a
+//    message of their own).
+// An engine that calls StepPipelined (or StepAsync, and Collect later) for
+// each of its sequences therefore sends one message per decode iteration,
+// and its round trip overlaps the engine's compute as a pipelined single
+// session's does. A blocking Step() sends at once what is gathered, its own
+// step included: an engine stepping its sequences one blocking Step() after
+// another sends one message per step, as separate sessions do. A session
+// that stops stepping while still open holds each message back until a
+// call needs it: Close() a session whose sequence has ended. A gathered
+// step's deadline is its message's (the smallest step_deadline in it,
+// counted from the message's send), and StepOutcome::latency counts from
+// the call that gathered it. A missed deadline or a broken stream degrades
+// every session with a step in that message, and ends the stream as above.
+//
+// Session::Close(), counters(), LiveSlots() work as usual. A Session may
+// outlive its DecodeBatch, but cannot step then (FailedPrecondition); steps
+// it had in flight are decided locally when collected.
 //
 // Thread-safety: a DecodeBatch is used by one thread at a time (the engine's
 // scheduler loop). It must not outlive the Client that created it.

@@ -1,10 +1,12 @@
 // Session: one sequence's connection to the entrokv sidecar, as an inference
 // engine's decode loop uses it.
 //
-// A Session owns one Decode stream attached to one server session. Each call
-// sends one step (the entries the engine appended since the previous step,
-// the step's queries and the next-token entropy) and yields the slot ids the
-// engine must free. Step numbers are assigned by the Session: the first step
+// A Session owns one Decode stream attached to one server session (a
+// session created through a DecodeBatch shares the batch's stream instead,
+// its steps gathered into one message per decode iteration: batch.h). Each
+// call sends one step (the entries the engine appended since the previous
+// step, the step's queries and the next-token entropy) and yields the slot
+// ids the engine must free. Step numbers are assigned by the Session: the first step
 // is SessionOptions::first_step (or the server's last step + 1 after Attach),
 // and each accepted step advances it by one.
 //
