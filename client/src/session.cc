@@ -292,7 +292,7 @@ absl::Status Session::Impl::Prepare(const StepRequest& request,
   in_flight_.push_back(Pending{
       step,
       std::vector<uint64_t>(request.slot_ids.begin(), request.slot_ids.end()),
-      now, entropy, out == nullptr, resync, std::nullopt});
+      now, entropy, out == nullptr, resync, std::nullopt, nullptr, -1});
   if (resync) resync_.reset();
   ++next_step_;
   return absl::OkStatus();

@@ -580,6 +580,68 @@ TEST_P(RecoveryTest, BatchSessionsRecoverOnANewStreamOfTheBatch) {
   }
 }
 
+TEST_P(RecoveryTest, GatheredSessionsRecoverThroughTheirBatch) {
+  const SessionConfig config = SmallConfig("window", 6, ElementType::kF32);
+  const std::vector<StoryStep> story = MakeStory(config.shape, 2, 60);
+  Engine engine_a(story), engine_b(story), engine_c(story);
+  std::unique_ptr<DecodeBatch> batch = client_->CreateBatch(GetParam());
+  ASSERT_OK_AND_ASSIGN(auto a,
+                       batch->CreateSession(config, Options(&engine_a)));
+  ASSERT_OK_AND_ASSIGN(auto b,
+                       batch->CreateSession(config, Options(&engine_b)));
+  Session* sessions[] = {a.get(), b.get()};
+  Engine* engines[] = {&engine_a, &engine_b};
+  size_t t = 0;
+  // One decode iteration through each session's own halves (one message);
+  // each outcome's fallback flag.
+  auto iteration = [&]() {
+    std::vector<bool> fallback;
+    for (int i = 0; i < 2; ++i) {
+      EXPECT_OK(sessions[i]->StepAsync(engines[i]->Request(t)));
+    }
+    for (int i = 0; i < 2; ++i) {
+      absl::StatusOr<StepOutcome> outcome = sessions[i]->Collect();
+      EXPECT_OK(outcome.status());
+      if (outcome.ok()) engines[i]->Free(*outcome);
+      fallback.push_back(!outcome.ok() || outcome->fallback);
+    }
+    ++t;
+    return fallback;
+  };
+  EXPECT_THAT(iteration(), ElementsAre(false, false));
+  // The message is answered after its 50 ms deadline: both degrade.
+  service_.answer_delay_ms = 200;
+  EXPECT_THAT(iteration(), ElementsAre(true, true));
+  EXPECT_TRUE(a->degraded());
+  EXPECT_TRUE(b->degraded());
+  service_.answer_delay_ms = 0;
+  // After recovery_interval both re-create their server sessions from
+  // their gathered steps, on a new stream of the batch.
+  for (int k = 0; k < 40 && (a->degraded() || b->degraded()); ++k) {
+    absl::SleepFor(absl::Milliseconds(25));
+    iteration();
+  }
+  EXPECT_FALSE(a->degraded());
+  EXPECT_FALSE(b->degraded());
+  EXPECT_EQ(a->counters().recoveries, 1);
+  EXPECT_EQ(b->counters().recoveries, 1);
+  EXPECT_THAT(iteration(), ElementsAre(false, false));
+  // A session attached while both have a step in flight: their answers are
+  // read before the attach's, and each still reaches its own step.
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK(sessions[i]->StepAsync(engines[i]->Request(t)));
+  }
+  ASSERT_OK_AND_ASSIGN(auto c,
+                       batch->CreateSession(config, Options(&engine_c)));
+  EXPECT_FALSE(c->degraded());
+  for (int i = 0; i < 2; ++i) {
+    ASSERT_OK_AND_ASSIGN(StepOutcome outcome, sessions[i]->Collect());
+    EXPECT_FALSE(outcome.fallback);
+    EXPECT_EQ(outcome.step, t);
+  }
+  EXPECT_EQ(service_.creates(), 5);
+}
+
 INSTANTIATE_TEST_SUITE_P(BothStreamApis, RecoveryTest,
                          ::testing::Values(StreamApi::kSync,
                                            StreamApi::kCallback),

@@ -453,6 +453,9 @@ INSTANTIATE_TEST_SUITE_P(
         ClientMode{"Library", {"--client=library"}},
         ClientMode{"LibraryCallback", {"--client=library-callback"}},
         ClientMode{"Batch", {"--client=library", "--batch=2"}, 2},
+        ClientMode{"BatchSessionCalls",
+                   {"--client=library", "--batch=2", "--batch_calls=session"},
+                   2},
         ClientMode{
             "BatchCallback", {"--client=library-callback", "--batch=2"}, 2}),
     ModeName);
