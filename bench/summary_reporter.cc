@@ -46,6 +46,9 @@ void SummaryReporter::ReportRuns(const std::vector<Run>& reports) {
       entry.score_every = static_cast<int>(Counter(run, "score_every", 1));
       entry.reference_entries = Counter(run, "reference_entries", 0);
       entry.shadow_bytes = Counter(run, "shadow_bytes", 0);
+    } else if (Counter(run, "read_bytes_per_iter", 0) > 0) {
+      entry.kind = Kind::kRead;
+      entry.bytes_per_step = Counter(run, "read_bytes_per_iter", 0);
     } else if (Counter(run, "copy_bytes_per_iter", 0) > 0) {
       entry.kind = Kind::kCopy;
       entry.bytes_per_step = Counter(run, "copy_bytes_per_iter", 0);
@@ -92,6 +95,19 @@ void SummaryReporter::PrintSummary() const {
   // (the process's own time) show what contention hides.
   std::printf("STREAM copy bandwidth: %.2f GB/s (%.2f GB/s by CPU time)\n",
               copy / 1e9, copy_cpu / 1e9);
+  double read = 0;
+  for (const Entry& entry : entries_) {
+    if (entry.kind == Kind::kRead) {
+      read = std::max(read, entry.bytes_per_step / entry.s_per_step);
+    }
+  }
+  if (read > 0) {
+    // A step only reads its keys: the read stream is its ceiling.
+    std::printf(
+        "read-only bandwidth, one thread: %.2f GB/s (%.2f of copy): a key "
+        "read can reach at most that share of copy\n",
+        read / 1e9, copy > 0 ? read / copy : 0.0);
+  }
   std::printf("%-34s %10s %14s %12s %14s %14s\n", "benchmark", "ms/step",
               "key GB/s", "of copy bw", "(by CPU time)", "copied B/step");
   for (const Entry& entry : entries_) {

@@ -28,6 +28,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   enum class Kind {
     kStep,
     kCopy,
+    kRead,
     kModel,
     kSketchKeys,
     kSketchQueries,

@@ -20,7 +20,8 @@ namespace {
 struct Avx2 {
   using Vec = __m256;
   static constexpr int32_t kWidth = 8;
-  static constexpr int64_t kSumPrefetchRows = 0;
+  static constexpr int64_t kPrefetchBytes = 0;
+  static constexpr int32_t kReduceBlock = 0;
 
   [[gnu::always_inline]] static Vec Zero() { return _mm256_setzero_ps(); }
   [[gnu::always_inline]] static Vec LoadQuery(const float* p) {

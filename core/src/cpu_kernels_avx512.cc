@@ -27,7 +27,7 @@ namespace {
 struct Avx512 {
   using Vec = __m512;
   static constexpr int32_t kWidth = 16;
-  static constexpr int64_t kSumPrefetchRows = 4;
+  static constexpr int64_t kPrefetchBytes = 8192;
 
   [[gnu::always_inline]] static Vec Zero() { return _mm512_setzero_ps(); }
   [[gnu::always_inline]] static Vec LoadQuery(const float* p) {
@@ -60,6 +60,59 @@ struct Avx512 {
   }
   [[gnu::always_inline]] static void Prefetch(const std::byte* p) {
     _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
+  }
+
+  // ReduceAdd of 16 vectors at once: lane k of the result is bit for bit
+  // ReduceAdd(acc[k]). GCC's _mm512_reduce_add_ps sums a vector in the
+  // tree (i + i+8) for i < 8, then (i + i+4) for i < 4, then (0 + 2) and
+  // (1 + 3), then the two; this does the same additions, 16 vectors' worth
+  // per instruction, pairing vectors with shuffles. Float addition is
+  // commutative, so only which values are added matters, not the operand
+  // order. Each level leaves vector m's values in a known place; the input
+  // is read in the 4 x 4 transposed order so that the last level lands key
+  // k in lane k.
+  static constexpr int32_t kReduceBlock = 16;
+  [[gnu::always_inline]] static Vec ReduceAdd16(const Vec* acc) {
+    // Level 1: x[j] holds (i + i+8) of vectors a and b in lanes 0-7 and
+    // 8-15, for the pairs in `order`.
+    constexpr int kOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13,
+                                2, 6, 10, 14, 3, 7, 11, 15};
+    Vec x[8];
+#pragma GCC unroll 8
+    for (int j = 0; j < 8; ++j) {
+      const Vec a = acc[kOrder[2 * j]], b = acc[kOrder[2 * j + 1]];
+      x[j] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x44),   // a.lo, b.lo
+                           _mm512_shuffle_f32x4(a, b, 0xEE));  // a.hi, b.hi
+    }
+    // Level 2: (i + i+4); y[m]'s 128-bit block b holds one vector's four.
+    Vec y[4];
+#pragma GCC unroll 8
+    for (int m = 0; m < 4; ++m) {
+      const Vec a = x[2 * m], b = x[2 * m + 1];
+      y[m] = _mm512_add_ps(_mm512_shuffle_f32x4(a, b, 0x88),   // 0, 2 | 0, 2
+                           _mm512_shuffle_f32x4(a, b, 0xDD));  // 1, 3 | 1, 3
+    }
+    // Level 3: (0 + 2) and (1 + 3), within each 128-bit block.
+    Vec z[2];
+#pragma GCC unroll 8
+    for (int n = 0; n < 2; ++n) {
+      const Vec a = y[2 * n], b = y[2 * n + 1];
+      z[n] = _mm512_add_ps(_mm512_shuffle_ps(a, b, 0x44),   // a0 a1 b0 b1
+                           _mm512_shuffle_ps(a, b, 0xEE));  // a2 a3 b2 b3
+    }
+    // Level 4: the two halves.
+    return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88),   // 0 2 | 0 2
+                         _mm512_shuffle_ps(z[0], z[1], 0xDD));  // 1 3 | 1 3
+  }
+  // sum[k] += lane k, in double, for k < 16 (as sum[k] += ReduceAdd would).
+  [[gnu::always_inline]] static void AddToSums(double* sum, Vec v) {
+    _mm512_storeu_pd(sum, _mm512_add_pd(_mm512_loadu_pd(sum),
+                                        _mm512_cvtps_pd(_mm512_castps512_ps256(v))));
+    _mm512_storeu_pd(
+        sum + 8,
+        _mm512_add_pd(_mm512_loadu_pd(sum + 8),
+                      _mm512_cvtps_pd(_mm256_castpd_ps(
+                          _mm512_extractf64x4_pd(_mm512_castps_pd(v), 1)))));
   }
 };
 

@@ -6,15 +6,19 @@
 // An ISA traits type `Isa` provides, all static:
 //   Vec                      the float vector type;
 //   kWidth                   floats per Vec;
-//   kSumPrefetchRows         how many key rows ahead SumKeys prefetches (0:
-//                            none);
+//   kPrefetchBytes           how far ahead of the key row it reads SumKeys
+//                            prefetches every cache line (0: none);
 //   Zero()                   a Vec of zeros;
 //   LoadQuery(const float*)  kWidth floats, unaligned;
 //   LoadKey(type, p)         kWidth elements of `type` at p, as floats;
 //   Fmadd(a, b, c)           a·b + c, fused, per lane;
 //   Add(a, b)                a + b per lane;
 //   ReduceAdd(v)             the sum of the lanes, as a float;
-//   Prefetch(p)              a hint to bring p's cache line into L1.
+//   Prefetch(p)              a hint to bring p's cache line into L1;
+//   kReduceBlock             16 when the ISA also provides, for 16 keys at
+//                            once, ReduceAdd16(acc) (lane k: bit for bit
+//                            ReduceAdd(acc[k])) and AddToSums(sum, v)
+//                            (sum[k] += lane k in double); 0 otherwise.
 // Each lane accumulates its products by FMA in the order j, j + kWidth, ...;
 // the lanes are then summed by the ISA's ReduceAdd. A key's results therefore
 // depend only on the ISA, never on its position or on the other keys.
@@ -123,12 +127,39 @@ void SumKeys(const ScoreArgs& a) {
       const std::byte* base = a.keys + plane * a.capacity * row;
       const float* q = a.queries + plane * d;
       int64_t p = 0;
+      if constexpr (Isa::kReduceBlock == 16) {
+        // 16 keys at a time, their sums reduced together (ReduceAdd16);
+        // the same products in the same order as one key at a time below.
+        for (; p + 15 < a.live; p += 16) {
+          const std::byte* k0 = base + p * row;
+          if constexpr (Isa::kPrefetchBytes > 0) {
+            for (int64_t c = 0; c < 16 * row; c += 64) {
+              Isa::Prefetch(k0 + Isa::kPrefetchBytes + c);
+            }
+          }
+          // Unrolled, so that the accumulators stay in registers.
+          Vec acc[16];
+#pragma GCC unroll 16
+          for (int k = 0; k < 16; ++k) acc[k] = Isa::Zero();
+          for (int32_t j = 0; j < d; j += Isa::kWidth) {
+            const Vec qj = Isa::LoadQuery(q + j);
+#pragma GCC unroll 16
+            for (int k = 0; k < 16; ++k) {
+              acc[k] = Isa::Fmadd(
+                  qj, Isa::LoadKey(kType, k0 + k * row + j * esize), acc[k]);
+            }
+          }
+          Isa::AddToSums(a.sum + p, Isa::ReduceAdd16(acc));
+        }
+      }
       for (; p + 1 < a.live; p += 2) {
         const std::byte* k0 = base + p * row;
         const std::byte* k1 = k0 + row;
-        if constexpr (Isa::kSumPrefetchRows > 0) {
-          Isa::Prefetch(k0 + Isa::kSumPrefetchRows * row);
-          Isa::Prefetch(k1 + Isa::kSumPrefetchRows * row);
+        if constexpr (Isa::kPrefetchBytes > 0) {
+          // Every cache line of the two rows kPrefetchBytes ahead.
+          for (int64_t c = 0; c < 2 * row; c += 64) {
+            Isa::Prefetch(k0 + Isa::kPrefetchBytes + c);
+          }
         }
         Vec acc0 = Isa::Zero(), acc1 = Isa::Zero();
         for (int32_t j = 0; j < d; j += Isa::kWidth) {
