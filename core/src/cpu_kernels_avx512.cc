@@ -104,6 +104,9 @@ struct Avx512 {
     return _mm512_add_ps(_mm512_shuffle_ps(z[0], z[1], 0x88),   // 0 2 | 0 2
                          _mm512_shuffle_ps(z[0], z[1], 0xDD));  // 1 3 | 1 3
   }
+  [[gnu::always_inline]] static void Store(float* p, Vec v) {
+    _mm512_storeu_ps(p, v);
+  }
   // sum[k] += lane k, in double, for k < 16 (as sum[k] += ReduceAdd would).
   [[gnu::always_inline]] static void AddToSums(double* sum, Vec v) {
     _mm512_storeu_pd(sum, _mm512_add_pd(_mm512_loadu_pd(sum),

@@ -18,7 +18,8 @@
 //   kReduceBlock             16 when the ISA also provides, for 16 keys at
 //                            once, ReduceAdd16(acc) (lane k: bit for bit
 //                            ReduceAdd(acc[k])) and AddToSums(sum, v)
-//                            (sum[k] += lane k in double); 0 otherwise.
+//                            (sum[k] += lane k in double) and Store(p, v)
+//                            (16 floats, unaligned); 0 otherwise.
 // Each lane accumulates its products by FMA in the order j, j + kWidth, ...;
 // the lanes are then summed by the ISA's ReduceAdd. A key's results therefore
 // depend only on the ISA, never on its position or on the other keys.
@@ -32,6 +33,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <cstring>
 
 #include "cpu_kernels.h"
 #include "entrokv/core/element_type.h"
@@ -56,6 +58,57 @@ void AccumulateSoftmaxAvx512(float* z, int64_t rows, int64_t n, double weight,
 
 namespace simd {
 
+// ScoreKeys' z for one (layer, kv head) plane, four keys at a time: four
+// keys by four query heads make the 16 accumulators ReduceAdd16 reduces
+// together, each the same products in the same order as one key at a time.
+// Returns the first position it left (live rounded down to 4).
+// REQUIRES: Isa::kReduceBlock == 16, group % 4 == 0.
+template <class Isa, ElementType kType>
+int64_t ScoreFourKeysAtATime(const ScoreArgs& a, const std::byte* base,
+                             const float* q, float* z) {
+  using Vec = typename Isa::Vec;
+  constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
+  const int32_t d = a.head_dim;
+  const int64_t row = int64_t{d} * esize;
+  int64_t p = 0;
+  for (; p + 3 < a.live; p += 4) {
+    const std::byte* k0 = base + p * row;
+    if constexpr (Isa::kPrefetchBytes > 0) {
+      for (int64_t c = 0; c < 4 * row; c += 64) {
+        Isa::Prefetch(k0 + Isa::kPrefetchBytes + c);
+      }
+    }
+    for (int32_t g0 = 0; g0 < a.group; g0 += 4) {
+      const float* q0 = q + int64_t{g0} * d;
+      // acc[4 g + k]: query head g0 + g, key p + k.
+      Vec acc[16];
+#pragma GCC unroll 16
+      for (int i = 0; i < 16; ++i) acc[i] = Isa::Zero();
+      for (int32_t j = 0; j < d; j += Isa::kWidth) {
+        Vec qg[4];
+#pragma GCC unroll 4
+        for (int g = 0; g < 4; ++g) qg[g] = Isa::LoadQuery(q0 + g * d + j);
+#pragma GCC unroll 4
+        for (int k = 0; k < 4; ++k) {
+          const Vec kf = Isa::LoadKey(kType, k0 + k * row + j * esize);
+#pragma GCC unroll 4
+          for (int g = 0; g < 4; ++g) {
+            acc[4 * g + k] = Isa::Fmadd(qg[g], kf, acc[4 * g + k]);
+          }
+        }
+      }
+      // Lanes 4 g .. 4 g + 3: head g0 + g's z of keys p .. p + 3.
+      float lanes[16];
+      Isa::Store(lanes, Isa::ReduceAdd16(acc));
+      for (int g = 0; g < 4; ++g) {
+        std::memcpy(z + int64_t{g0 + g} * a.z_stride + p, lanes + 4 * g,
+                    4 * sizeof(float));
+      }
+    }
+  }
+  return p;
+}
+
 // Scaled dot products of every live key with the queries of its GQA group,
 // reading each key once for the whole group: up to four query heads share
 // each converted key chunk. REQUIRES: head_dim % Isa::kWidth == 0.
@@ -74,7 +127,13 @@ void ScoreKeys(const ScoreArgs& a) {
           a.z == nullptr
               ? nullptr
               : a.z + (int64_t{l} * a.kv_heads * a.group + h0) * a.z_stride;
-      for (int64_t p = 0; p < a.live; ++p) {
+      int64_t p = 0;
+      if constexpr (Isa::kReduceBlock == 16) {
+        if (z != nullptr && a.sum == nullptr && a.group % 4 == 0) {
+          p = ScoreFourKeysAtATime<Isa, kType>(a, base, q, z);
+        }
+      }
+      for (; p < a.live; ++p) {
         const std::byte* k = base + p * d * esize;
         if (p + 2 < a.live) Isa::Prefetch(k + 2 * d * esize);
         for (int32_t g0 = 0; g0 < a.group; g0 += 4) {

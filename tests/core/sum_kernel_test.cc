@@ -1,8 +1,9 @@
-// The summed-query kernel (ScoreKeys with one query per kv head and `sum`
-// set): a key's sum depends on its values only, never on where it sits, and
-// with AVX-512 it is bit for bit the order cpu_kernels_simd.h states (each of
-// 16 lanes accumulates its products by FMA, then GCC's reduce tree), whether
-// the key is reduced alone or in a block of 16.
+// The scoring kernels: the summed-query one (ScoreKeys with one query per kv
+// head and `sum` set) and the per-head one (z, query heads in groups of 4
+// and 8). A key's result depends on its values only, never on where it sits,
+// and with AVX-512 it is bit for bit the order cpu_kernels_simd.h states
+// (each of 16 lanes accumulates its products by FMA, then GCC's reduce
+// tree), whether the key is reduced alone or in a block.
 
 #include <cmath>
 #include <cstddef>
@@ -70,6 +71,14 @@ std::vector<double> RunKernel(const Case& c, const Inputs& in) {
   return sum;
 }
 
+// GCC's _mm512_reduce_add_ps, in scalar code.
+float ReduceTree(const float lane[16]) {
+  float t3[8], t6[4];
+  for (int i = 0; i < 8; ++i) t3[i] = lane[i + 8] + lane[i];
+  for (int i = 0; i < 4; ++i) t6[i] = t3[i + 4] + t3[i];
+  return (t6[0] + t6[2]) + (t6[1] + t6[3]);
+}
+
 // The AVX-512 order, written out in scalar code.
 std::vector<double> AvxOrder(const Case& c, const Inputs& in) {
   std::vector<double> sum = in.sum;
@@ -88,15 +97,69 @@ std::vector<double> AvxOrder(const Case& c, const Inputs& in) {
         for (int32_t j = 0; j < c.head_dim; ++j) {
           lane[j % 16] = std::fma(q[j], key[j], lane[j % 16]);
         }
-        float t3[8], t6[4];
-        for (int i = 0; i < 8; ++i) t3[i] = lane[i + 8] + lane[i];
-        for (int i = 0; i < 4; ++i) t6[i] = t3[i + 4] + t3[i];
-        const float total = (t6[0] + t6[2]) + (t6[1] + t6[3]);
-        sum[p] += double(total);
+        sum[p] += double(ReduceTree(lane));
       }
     }
   }
   return sum;
+}
+
+// The per-head kernel's z ([layer][q head][live]) for `group` query heads
+// per kv head; `queries` [layer][q head][d].
+std::vector<float> RunZ(const Case& c, int32_t group, const Inputs& in,
+                        const std::vector<float>& queries) {
+  std::vector<float> z(size_t(c.layers) * c.kv_heads * group * c.live, -1.0f);
+  internal::ScoreArgs args;
+  args.type = c.type;
+  args.keys = in.keys.data();
+  args.capacity = in.capacity;
+  args.layers = c.layers;
+  args.kv_heads = c.kv_heads;
+  args.group = group;
+  args.head_dim = c.head_dim;
+  args.live = c.live;
+  args.queries = queries.data();
+  args.z = z.data();
+  args.z_stride = c.live;
+  internal::ScoreKeys(args);
+  return z;
+}
+
+std::vector<float> AvxOrderZ(const Case& c, int32_t group, const Inputs& in,
+                             const std::vector<float>& queries) {
+  std::vector<float> z(size_t(c.layers) * c.kv_heads * group * c.live);
+  const size_t esize = ElementSize(c.type);
+  std::vector<float> key(c.head_dim);
+  for (int32_t l = 0; l < c.layers; ++l) {
+    for (int32_t kv = 0; kv < c.kv_heads; ++kv) {
+      const int64_t plane = int64_t{l} * c.kv_heads + kv;
+      for (int64_t p = 0; p < c.live; ++p) {
+        DecodeElements(
+            c.type,
+            in.keys.data() + ((plane * in.capacity + p) * c.head_dim) * esize,
+            c.head_dim, key.data());
+        for (int32_t g = 0; g < group; ++g) {
+          const int64_t head = plane * group + g;
+          const float* q = queries.data() + head * c.head_dim;
+          float lane[16] = {};
+          for (int32_t j = 0; j < c.head_dim; ++j) {
+            lane[j % 16] = std::fma(q[j], key[j], lane[j % 16]);
+          }
+          z[head * c.live + p] = ReduceTree(lane);
+        }
+      }
+    }
+  }
+  return z;
+}
+
+std::vector<float> GroupQueries(const Case& c, int32_t group, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal(0.0f, 0.1f);
+  std::vector<float> queries(size_t(c.layers) * c.kv_heads * group *
+                             c.head_dim);
+  for (float& q : queries) q = normal(rng);
+  return queries;
 }
 
 std::string Describe(const Case& c) {
@@ -153,6 +216,54 @@ TEST(SumKernelTest, AKeysSumDoesNotDependOnItsPosition) {
       ASSERT_EQ(std::memcmp(&got[p], &got[0], sizeof(double)), 0)
           << Describe(c) << " (" << internal::ScoreKernelName()
           << ") position " << p << ": " << got[p] << " vs " << got[0];
+    }
+  }
+}
+
+TEST(SumKernelTest, WithAvx512EveryZIsTheStatedOrderBitForBit) {
+  if (std::string(internal::ScoreKernelName()) != "avx512") {
+    GTEST_SKIP() << "kernel " << internal::ScoreKernelName();
+  }
+  uint32_t seed = 500;
+  for (const Case& c : Cases()) {
+    for (int32_t group : {1, 4, 8}) {
+      const Inputs in = MakeInputs(c, seed);
+      const std::vector<float> queries = GroupQueries(c, group, seed++);
+      const std::vector<float> got = RunZ(c, group, in, queries);
+      const std::vector<float> want = AvxOrderZ(c, group, in, queries);
+      for (size_t i = 0; i < got.size(); ++i) {
+        ASSERT_EQ(std::memcmp(&got[i], &want[i], sizeof(float)), 0)
+            << Describe(c) << " group " << group << " z[" << i
+            << "]: " << got[i] << " vs " << want[i];
+      }
+    }
+  }
+}
+
+TEST(SumKernelTest, AKeysZDoesNotDependOnItsPosition) {
+  for (Case c : Cases()) {
+    c.live = 23;  // Five blocks of 4 and three alone.
+    for (int32_t group : {4, 8}) {
+      Inputs in = MakeInputs(c, 7);
+      const size_t row = size_t(c.head_dim) * ElementSize(c.type);
+      for (int64_t plane = 0; plane < int64_t{c.layers} * c.kv_heads;
+           ++plane) {
+        std::byte* first = in.keys.data() + plane * in.capacity * row;
+        for (int64_t p = 1; p < c.live; ++p) {
+          std::memcpy(first + p * row, first, row);
+        }
+      }
+      const std::vector<float> z =
+          RunZ(c, group, in, GroupQueries(c, group, 8));
+      for (size_t head = 0; head < z.size() / c.live; ++head) {
+        const float* row_z = z.data() + head * c.live;
+        for (int64_t p = 1; p < c.live; ++p) {
+          ASSERT_EQ(std::memcmp(&row_z[p], &row_z[0], sizeof(float)), 0)
+              << Describe(c) << " group " << group << " ("
+              << internal::ScoreKernelName() << ") head " << head
+              << " position " << p << ": " << row_z[p] << " vs " << row_z[0];
+        }
+      }
     }
   }
 }
