@@ -199,7 +199,7 @@ class DecodeBatchImpl final : public DecodeBatch,
                 absl::Duration deadline) override {
     gathered_.insert(session);
     if (sent) open_deadline_ = std::min(open_deadline_, deadline);
-    if (gathered_.size() >= members_.size() - closed_.size()) SendGathered();
+    SendWhenComplete();
   }
   void SendGathered() override {
     gathered_.clear();
@@ -230,11 +230,13 @@ class DecodeBatchImpl final : public DecodeBatch,
   void Closed(const Session::Impl* session) override {
     closed_.insert(session);
     gathered_.erase(session);
+    SendWhenComplete();
   }
   void Leave(Session::Impl* session) override {
     members_.erase(session);
     closed_.erase(session);
     gathered_.erase(session);
+    SendWhenComplete();
   }
 
  private:
@@ -249,6 +251,14 @@ class DecodeBatchImpl final : public DecodeBatch,
         !response.ok() || response->results_size() != message->steps;
     message->response = std::move(response);
     if (failed) EndStream();
+  }
+  // Sends the message being gathered once every open session has gathered a
+  // step for it.
+  void SendWhenComplete() {
+    if (!gathered_.empty() &&
+        gathered_.size() >= members_.size() - closed_.size()) {
+      SendGathered();
+    }
   }
   // Every message in flight and the one being gathered fail with `why`.
   void FailAll(const absl::Status& why) {
@@ -445,9 +455,13 @@ class ClientImpl final : public Client {
       DecodeBatchImpl* batch, absl::Time deadline) {
     std::unique_ptr<client_internal::DecodeStream> stream;
     if (batch == nullptr) stream = OpenStream(shared_, options.stream_api);
+    // A batch first reads the answers to its messages in flight (each within
+    // its own step deadline); the attach's time starts after them.
+    const absl::Time drain_start = absl::Now();
     client_internal::DecodeStream* via =
         batch == nullptr ? stream.get() : batch->LiveStream();
-    absl::Status attached = AttachOn(via, id, deadline);
+    absl::Status attached =
+        AttachOn(via, id, deadline + (absl::Now() - drain_start));
     if (!attached.ok()) {
       // A late answer to the attach must not be read as a step's.
       if (batch != nullptr) batch->EndStream();

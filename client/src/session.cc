@@ -343,8 +343,19 @@ absl::Status Session::Impl::GatherStep(const StepRequest& request) {
 
 absl::StatusOr<StepOutcome> Session::Impl::CollectGathered(
     const Pending& pending) {
-  if (degraded_) return Fallback(pending, Cause::kDegraded);
   client_internal::BatchMessage* message = pending.message.get();
+  if (degraded_) {
+    // Already local. A step whose message failed still counts its own
+    // cause (the stream's end may have degraded the session first).
+    const auto& failed = message->response;
+    if (failed.has_value() && !failed->ok()) {
+      return Fallback(pending, failed->status().code() ==
+                                       absl::StatusCode::kDeadlineExceeded
+                                   ? Cause::kDeadline
+                                   : Cause::kUnavailable);
+    }
+    return Fallback(pending, Cause::kDegraded);
+  }
   if (batch_ != nullptr) batch_->Await(message);
   if (!message->response.has_value()) {
     message->response = absl::UnavailableError(

@@ -68,8 +68,9 @@ class BatchLink {
   // Takes back the step AddStep() added last (its session rejected it).
   virtual void DropLastStep() = 0;
   // `session` has gathered its step (sent or decided locally); `deadline`
-  // its step deadline when sent. Sends the message once every session of
-  // the batch has gathered one.
+  // its step deadline when sent. Sends the message once every open session
+  // of the batch has gathered one (checked again when a session is closed
+  // or destroyed).
   virtual void Gathered(const Session::Impl* session, bool sent,
                         absl::Duration deadline) = 0;
   // Sends the message being gathered, if any.
@@ -130,8 +131,8 @@ class Session::Impl {
     batch_generation_ = batch->generation();
   }
   const client_internal::BatchLink* batch() const { return batch_; }
-  // The batch is destroyed: later steps fail with FailedPrecondition, steps
-  // in flight are decided locally.
+  // The batch is destroyed: later steps fail with FailedPrecondition; steps
+  // in flight whose answers were not read yet are decided locally.
   void BatchGone() {
     batch_ = nullptr;
     batch_gone_ = true;

@@ -132,13 +132,17 @@ absl::Status Session::Impl::Recover(absl::Time deadline) {
   // when the last one ended), any other to a stream of its own.
   std::unique_ptr<client_internal::DecodeStream> stream;
   client_internal::DecodeStream* via = nullptr;
+  // A batch first reads the answers to its messages in flight (each within
+  // its own step deadline); the attach's time starts after them.
+  const absl::Time drain_start = absl::Now();
   if (batch_ != nullptr) {
     via = batch_->LiveStream();
   } else {
     stream = client_internal::OpenStream(shared_, options_.stream_api);
     via = stream.get();
   }
-  absl::Status status = client_internal::AttachOn(via, created->id, deadline);
+  absl::Status status = client_internal::AttachOn(
+      via, created->id, deadline + (absl::Now() - drain_start));
   if (!status.ok() && batch_ != nullptr) batch_->EndStream();
   Resync resync;
   if (status.ok()) {

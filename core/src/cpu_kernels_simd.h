@@ -6,8 +6,9 @@
 // An ISA traits type `Isa` provides, all static:
 //   Vec                      the float vector type;
 //   kWidth                   floats per Vec;
-//   kPrefetchBytes           how far ahead of the key row it reads SumKeys
-//                            prefetches every cache line (0: none);
+//   kPrefetchBytes           how far ahead of the key rows it reads a
+//                            kernel prefetches every cache line (at least
+//                            one block of rows ahead; 0: none);
 //   Zero()                   a Vec of zeros;
 //   LoadQuery(const float*)  kWidth floats, unaligned;
 //   LoadKey(type, p)         kWidth elements of `type` at p, as floats;
@@ -74,8 +75,10 @@ int64_t ScoreFourKeysAtATime(const ScoreArgs& a, const std::byte* base,
   for (; p + 3 < a.live; p += 4) {
     const std::byte* k0 = base + p * row;
     if constexpr (Isa::kPrefetchBytes > 0) {
+      const int64_t ahead =
+          Isa::kPrefetchBytes > 4 * row ? Isa::kPrefetchBytes : 4 * row;
       for (int64_t c = 0; c < 4 * row; c += 64) {
-        Isa::Prefetch(k0 + Isa::kPrefetchBytes + c);
+        Isa::Prefetch(k0 + ahead + c);
       }
     }
     for (int32_t g0 = 0; g0 < a.group; g0 += 4) {
@@ -192,8 +195,11 @@ void SumKeys(const ScoreArgs& a) {
         for (; p + 15 < a.live; p += 16) {
           const std::byte* k0 = base + p * row;
           if constexpr (Isa::kPrefetchBytes > 0) {
+            const int64_t ahead = Isa::kPrefetchBytes > 16 * row
+                                      ? Isa::kPrefetchBytes
+                                      : 16 * row;
             for (int64_t c = 0; c < 16 * row; c += 64) {
-              Isa::Prefetch(k0 + Isa::kPrefetchBytes + c);
+              Isa::Prefetch(k0 + ahead + c);
             }
           }
           // Unrolled, so that the accumulators stay in registers.

@@ -187,8 +187,9 @@ TEST_P(BatchGatherTest, AnIdleOpenSessionHoldsTheMessageUntilACallNeedsIt) {
   EXPECT_TRUE(AwaitDecodeMessages(*server_, before + 2));
   collect();
   // Once session 1 is closed, a's steps are every open session's: step 2
-  // leaves when collected, step 3 at once.
+  // leaves with the close, step 3 when gathered.
   ASSERT_TRUE(sessions_[1]->Close().ok());
+  EXPECT_TRUE(AwaitDecodeMessages(*server_, before + 3));
   collect();
   ASSERT_TRUE(a.StepAsync(stories_[0][3].Request()).ok());
   EXPECT_TRUE(AwaitDecodeMessages(*server_, before + 4));
@@ -267,6 +268,46 @@ TEST(BatchGatherFallbackTest, AMissedDeadlineDegradesEverySessionInTheMessage) {
   ASSERT_TRUE(local.ok());
   EXPECT_TRUE(local->fallback);
   EXPECT_EQ((*a)->counters().fallback_degraded, 1);
+  a->reset();
+  b->reset();
+  batch.reset();
+  silent->Shutdown(absl::ToChronoTime(absl::Now()));
+}
+
+TEST(BatchGatherFallbackTest, PipelinedSessionsEachCountTheMissedDeadline) {
+  SilentService service;
+  ClientOptions client_options;
+  std::unique_ptr<grpc::Server> silent =
+      Serve(&service, &client_options.target);
+  ASSERT_NE(silent, nullptr);
+  auto client = Client::Connect(client_options);
+  ASSERT_TRUE(client.ok());
+  auto batch = (*client)->CreateBatch();
+  SessionConfig config = SmallConfig("entropy", 4);
+  SessionOptions options;
+  options.step_deadline = absl::Milliseconds(50);
+  auto a = batch->CreateSession(config, options);
+  auto b = batch->CreateSession(config, options);
+  ASSERT_TRUE(a.ok() && b.ok());
+  const auto story = MakeStory(config.shape, 6, 2);
+  for (auto* session : {a->get(), b->get()}) {
+    auto none = session->StepPipelined(story[0].Request());
+    ASSERT_TRUE(none.ok() && !none->has_value());
+  }
+  // Step 0's message is never answered. a's collect ends the stream, which
+  // degrades b before b collects its own step 0: both count the deadline.
+  for (auto* session : {a->get(), b->get()}) {
+    auto previous = session->StepPipelined(story[1].Request());
+    ASSERT_TRUE(previous.ok() && previous->has_value()) << previous.status();
+    EXPECT_TRUE((*previous)->fallback);
+  }
+  EXPECT_EQ((*client)->counters().fallback_deadline, 2);
+  for (auto* session : {a->get(), b->get()}) {
+    auto last = session->Flush();
+    ASSERT_TRUE(last.ok() && last->has_value());
+    EXPECT_TRUE((*last)->fallback);
+  }
+  EXPECT_EQ((*client)->counters().fallback_deadline, 2);
   a->reset();
   b->reset();
   batch.reset();

@@ -642,6 +642,27 @@ TEST_P(RecoveryTest, GatheredSessionsRecoverThroughTheirBatch) {
   EXPECT_EQ(service_.creates(), 5);
 }
 
+TEST_P(RecoveryTest, AnAttachWaitingForAnswersInFlightKeepsItsOwnDeadline) {
+  const SessionConfig config = SmallConfig("window", 6, ElementType::kF32);
+  const std::vector<StoryStep> story = MakeStory(config.shape, 2, 2);
+  Engine engine_a(story);
+  std::unique_ptr<DecodeBatch> batch = client_->CreateBatch(GetParam());
+  SessionOptions options = Options(&engine_a);
+  options.step_deadline = absl::Seconds(2);
+  options.create_deadline = absl::Milliseconds(100);
+  ASSERT_OK_AND_ASSIGN(auto a, batch->CreateSession(config, options));
+  // a's step is answered 250 ms late, within its own deadline; a session
+  // created meanwhile waits for that answer, then has its 100 ms to attach.
+  service_.answer_delay_ms = 250;
+  ASSERT_OK(a->StepAsync(engine_a.Request(0)));
+  ASSERT_OK_AND_ASSIGN(auto b, batch->CreateSession(config, options));
+  EXPECT_FALSE(b->degraded()) << b->degraded_reason();
+  ASSERT_OK_AND_ASSIGN(StepOutcome outcome, a->Collect());
+  EXPECT_FALSE(outcome.fallback);
+  EXPECT_FALSE(a->degraded());
+  service_.answer_delay_ms = 0;
+}
+
 INSTANTIATE_TEST_SUITE_P(BothStreamApis, RecoveryTest,
                          ::testing::Values(StreamApi::kSync,
                                            StreamApi::kCallback),

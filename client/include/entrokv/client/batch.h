@@ -35,7 +35,8 @@
 // message rather than sent at once, and the message is sent when
 //  - every open session of the batch has gathered a step since the last
 //    message was sent (a decode iteration that steps every sequence sends
-//    one message, at its last sequence's call);
+//    one message, at its last sequence's call; checked again when a session
+//    is closed or destroyed);
 //  - a call needs the answer to a gathered step (Collect, Flush, a blocking
 //    Step, StepPipelined collecting the previous step);
 //  - a session gathers its next step (one step per session per message);
@@ -51,15 +52,24 @@
 // call needs it: Close() a session whose sequence has ended. A gathered
 // step's deadline is its message's (the smallest step_deadline in it,
 // counted from the message's send), and StepOutcome::latency counts from
-// the call that gathered it. A missed deadline or a broken stream degrades
-// every session with a step in that message, and ends the stream as above.
+// the call that gathered it. A missed deadline or a broken stream ends the
+// stream as above: every session with a step in that message, in a later
+// one already sent, or in the one being gathered decides it locally and
+// degrades. A session created through the batch (or recovering) while
+// messages are in flight first waits for their answers (each within its
+// own deadline); its create_deadline counts from then.
 //
-// Session::Close(), counters(), LiveSlots() work as usual. A Session may
-// outlive its DecodeBatch, but cannot step then (FailedPrecondition); steps
-// it had in flight are decided locally when collected.
+// Session::Close(), counters(), LiveSlots() work as usual; Close() and the
+// Session's destruction leave the batch's stream open (a step of that
+// session already gathered is still sent, and answered NOT_FOUND after a
+// Close()). A Session may outlive its DecodeBatch, but cannot step then
+// (FailedPrecondition); its steps in flight whose answers were not read yet
+// are decided locally when collected.
 //
-// Thread-safety: a DecodeBatch is used by one thread at a time (the engine's
-// scheduler loop). It must not outlive the Client that created it.
+// Thread-safety: a DecodeBatch and its sessions are used by one thread at a
+// time (the engine's scheduler loop): every call on a session of the batch,
+// Close() and its destruction included, counts as a use of the batch. It
+// must not outlive the Client that created it.
 
 #ifndef ENTROKV_CLIENT_BATCH_H_
 #define ENTROKV_CLIENT_BATCH_H_
@@ -95,7 +105,9 @@ class DecodeBatch {
 
   // Sends one step for each entry of `steps` (each session at most once) in
   // one message and returns, in the same order, each step's outcome or its
-  // error. A session's error does not affect the others.
+  // error. A session's error does not affect the others. A session with a
+  // step of its own calls in flight gets FailedPrecondition; steps the
+  // sessions' own calls gathered are sent first, in a message of their own.
   virtual std::vector<absl::StatusOr<StepOutcome>> Step(
       absl::Span<const BatchStep> steps) = 0;
 };

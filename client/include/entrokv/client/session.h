@@ -23,7 +23,8 @@
 // Failure: the engine never waits on the sidecar for long.
 //  - Creation. Client::CreateSession (its RPC and the stream's attach
 //    handshake together) waits at most SessionOptions::create_deadline
-//    (default 200 ms). When it fails for a reason that is not the caller's --
+//    (default 200 ms; through a DecodeBatch with messages in flight, plus
+//    the wait for their answers: batch.h). When it fails for a reason that is not the caller's --
 //    the server unreachable or silent (UNAVAILABLE, DEADLINE_EXCEEDED), at a
 //    limit (RESOURCE_EXHAUSTED: max sessions, streams, bytes), broken
 //    (INTERNAL, UNKNOWN, CANCELLED, ...), or an attach that fails after the
@@ -59,7 +60,9 @@
 //    (500 ms by default, +-recovery_jitter), once a check sent since then
 //    has found the server SERVING (or without a health service, UNIMPLEMENTED)
 //    and the channel is connected, the next step makes one attempt, bounded
-//    by create_deadline as a whole: the steps in flight are decided locally,
+//    by create_deadline as a whole (a session of a DecodeBatch: plus the
+//    wait for the answers to the batch's messages in flight): the steps in
+//    flight are decided locally,
 //    a NEW server session is created with the same configuration (named by
 //    the server: id() changes) and attached to a new stream (a session of a
 //    DecodeBatch: to the batch's stream, a new one when the batch's last one
@@ -143,7 +146,8 @@
 // Thread-safety: a Session is used by one thread at a time (the engine's
 // decode loop); live_keys and the tier callbacks are called on that
 // thread, inside a step call.
-// Distinct Sessions are independent and may be used from different threads.
+// Distinct Sessions are independent and may be used from different threads,
+// except the sessions of one DecodeBatch, which share its thread (batch.h).
 // A Session does not need its Client to outlive it.
 
 #ifndef ENTROKV_CLIENT_SESSION_H_
