@@ -349,10 +349,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectGathered(
     // cause (the stream's end may have degraded the session first).
     const auto& failed = message->response;
     if (failed.has_value() && !failed->ok()) {
-      return Fallback(pending, failed->status().code() ==
-                                       absl::StatusCode::kDeadlineExceeded
-                                   ? Cause::kDeadline
-                                   : Cause::kUnavailable);
+      return FailedAnswer(pending, failed->status());
     }
     return Fallback(pending, Cause::kDegraded);
   }
@@ -362,16 +359,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectGathered(
         "entrokv: the session's DecodeBatch was destroyed");
   }
   const absl::StatusOr<v1::DecodeResponse>& response = *message->response;
-  if (!response.ok()) {
-    const bool deadline =
-        response.status().code() == absl::StatusCode::kDeadlineExceeded;
-    if (pending.resync) {
-      recovery_wait_ =
-          std::min(recovery_wait_ * 2, options_.max_recovery_interval);
-    }
-    Degrade(response.status());
-    return Fallback(pending, deadline ? Cause::kDeadline : Cause::kUnavailable);
-  }
+  if (!response.ok()) return FailedAnswer(pending, response.status());
   const int index = pending.index;
   if (index < 0 || index >= response->results_size() ||
       response->results(index).session_id() != id_) {
@@ -395,6 +383,19 @@ void Session::Impl::Degrade(absl::Status why) {
   if (stream_ != nullptr) stream_->Cancel();
   next_recovery_ = absl::Now() + Jittered(recovery_wait_);
   WatchHealth();
+}
+
+StepOutcome Session::Impl::FailedAnswer(const Pending& pending,
+                                        const absl::Status& why) {
+  // A recovery whose first step fails counts as a failed attempt.
+  if (pending.resync) {
+    recovery_wait_ =
+        std::min(recovery_wait_ * 2, options_.max_recovery_interval);
+  }
+  Degrade(why);
+  return Fallback(pending, why.code() == absl::StatusCode::kDeadlineExceeded
+                               ? Cause::kDeadline
+                               : Cause::kUnavailable);
 }
 
 StepOutcome Session::Impl::Fallback(const Pending& pending, Cause cause) {
@@ -442,17 +443,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
 
   absl::StatusOr<v1::DecodeResponse> response =
       stream_->Next(pending.sent + options_.step_deadline);
-  if (!response.ok()) {
-    const bool deadline =
-        response.status().code() == absl::StatusCode::kDeadlineExceeded;
-    // A recovery whose first step fails counts as a failed attempt.
-    if (pending.resync) {
-      recovery_wait_ =
-          std::min(recovery_wait_ * 2, options_.max_recovery_interval);
-    }
-    Degrade(response.status());
-    return Fallback(pending, deadline ? Cause::kDeadline : Cause::kUnavailable);
-  }
+  if (!response.ok()) return FailedAnswer(pending, response.status());
   counters_.bytes_received += static_cast<int64_t>(response->ByteSizeLong());
   if (response->results_size() != 1) {
     Degrade(absl::InternalError(absl::StrCat("entrokv: a step response with ",

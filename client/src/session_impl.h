@@ -184,6 +184,9 @@ class Session::Impl {
   // "Demote tier"), as the outcome is returned to the engine.
   void DeliverMoves(const StepOutcome& outcome) const;
   StepOutcome Fallback(const Pending& pending, Cause cause);
+  // A step whose answer failed (`why`: the stream's end, a missed
+  // deadline): degrades the session and decides the step locally.
+  StepOutcome FailedAnswer(const Pending& pending, const absl::Status& why);
 
   // Recovery (session.h): before a step of a degraded session, when its
   // time has come, the channel is connected and `request` suits the new

@@ -52,20 +52,28 @@ Inputs MakeInputs(const Case& c, uint32_t seed) {
   return in;
 }
 
-std::vector<double> RunKernel(const Case& c, const Inputs& in) {
-  std::vector<double> sum = in.sum;
+// The kernel's arguments for `in`'s keys, `group` query heads per kv head
+// reading `queries`; no z, no sum.
+internal::ScoreArgs Args(const Case& c, const Inputs& in, int32_t group,
+                         const float* queries) {
   internal::ScoreArgs args;
   args.type = c.type;
   args.keys = in.keys.data();
   args.capacity = in.capacity;
   args.layers = c.layers;
   args.kv_heads = c.kv_heads;
-  args.group = 1;
+  args.group = group;
   args.head_dim = c.head_dim;
   args.live = c.live;
-  args.queries = in.queries.data();
+  args.queries = queries;
   args.z = nullptr;
   args.z_stride = 0;
+  return args;
+}
+
+std::vector<double> RunKernel(const Case& c, const Inputs& in) {
+  std::vector<double> sum = in.sum;
+  internal::ScoreArgs args = Args(c, in, 1, in.queries.data());
   args.sum = sum.data();
   internal::ScoreKeys(args);
   return sum;
@@ -109,16 +117,7 @@ std::vector<double> AvxOrder(const Case& c, const Inputs& in) {
 std::vector<float> RunZ(const Case& c, int32_t group, const Inputs& in,
                         const std::vector<float>& queries) {
   std::vector<float> z(size_t(c.layers) * c.kv_heads * group * c.live, -1.0f);
-  internal::ScoreArgs args;
-  args.type = c.type;
-  args.keys = in.keys.data();
-  args.capacity = in.capacity;
-  args.layers = c.layers;
-  args.kv_heads = c.kv_heads;
-  args.group = group;
-  args.head_dim = c.head_dim;
-  args.live = c.live;
-  args.queries = queries.data();
+  internal::ScoreArgs args = Args(c, in, group, queries.data());
   args.z = z.data();
   args.z_stride = c.live;
   internal::ScoreKeys(args);
