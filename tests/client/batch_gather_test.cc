@@ -231,26 +231,17 @@ INSTANTIATE_TEST_SUITE_P(BothStreamApis, BatchGatherTest,
                                            StreamApi::kCallback));
 
 TEST(BatchGatherFallbackTest, AMissedDeadlineDegradesEverySessionInTheMessage) {
-  SilentService service;
-  ClientOptions client_options;
-  std::unique_ptr<grpc::Server> silent =
-      Serve(&service, &client_options.target);
-  ASSERT_NE(silent, nullptr);
-  auto client = Client::Connect(client_options);
-  ASSERT_TRUE(client.ok());
-  auto batch = (*client)->CreateBatch();
   SessionConfig config = SmallConfig("entropy", 4);
   config.streaming_sinks = 1;
-  SessionOptions options;
-  options.step_deadline = absl::Milliseconds(50);
-  auto a = batch->CreateSession(config, options);
-  auto b = batch->CreateSession(config, options);
-  ASSERT_TRUE(a.ok() && b.ok());
+  SilentBatch silent;
+  ASSERT_TRUE(silent.Start(config));
+  Session* a = silent.a.get();
+  Session* b = silent.b.get();
   const auto story = MakeStory(config.shape, 6, 1);
   const absl::Time start = absl::Now();
-  ASSERT_TRUE((*a)->StepAsync(story[0].Request()).ok());
-  ASSERT_TRUE((*b)->StepAsync(story[0].Request()).ok());
-  for (auto* session : {a->get(), b->get()}) {
+  ASSERT_TRUE(a->StepAsync(story[0].Request()).ok());
+  ASSERT_TRUE(b->StepAsync(story[0].Request()).ok());
+  for (Session* session : {a, b}) {
     auto outcome = session->Collect();
     ASSERT_TRUE(outcome.ok()) << outcome.status();
     EXPECT_TRUE(outcome->fallback);
@@ -261,57 +252,40 @@ TEST(BatchGatherFallbackTest, AMissedDeadlineDegradesEverySessionInTheMessage) {
   const absl::Duration waited = absl::Now() - start;
   EXPECT_GE(waited, absl::Milliseconds(50));
   EXPECT_LT(waited, absl::Seconds(2));
-  EXPECT_EQ((*client)->counters().fallback_deadline, 2);
+  EXPECT_EQ(silent.client->counters().fallback_deadline, 2);
   // The next steps are decided locally, at once.
-  ASSERT_TRUE((*a)->StepAsync(story[1].Request()).ok());
-  auto local = (*a)->Collect();
+  ASSERT_TRUE(a->StepAsync(story[1].Request()).ok());
+  auto local = a->Collect();
   ASSERT_TRUE(local.ok());
   EXPECT_TRUE(local->fallback);
-  EXPECT_EQ((*a)->counters().fallback_degraded, 1);
-  a->reset();
-  b->reset();
-  batch.reset();
-  silent->Shutdown(absl::ToChronoTime(absl::Now()));
+  EXPECT_EQ(a->counters().fallback_degraded, 1);
 }
 
 TEST(BatchGatherFallbackTest, PipelinedSessionsEachCountTheMissedDeadline) {
-  SilentService service;
-  ClientOptions client_options;
-  std::unique_ptr<grpc::Server> silent =
-      Serve(&service, &client_options.target);
-  ASSERT_NE(silent, nullptr);
-  auto client = Client::Connect(client_options);
-  ASSERT_TRUE(client.ok());
-  auto batch = (*client)->CreateBatch();
-  SessionConfig config = SmallConfig("entropy", 4);
-  SessionOptions options;
-  options.step_deadline = absl::Milliseconds(50);
-  auto a = batch->CreateSession(config, options);
-  auto b = batch->CreateSession(config, options);
-  ASSERT_TRUE(a.ok() && b.ok());
+  const SessionConfig config = SmallConfig("entropy", 4);
+  SilentBatch silent;
+  ASSERT_TRUE(silent.Start(config));
+  Session* a = silent.a.get();
+  Session* b = silent.b.get();
   const auto story = MakeStory(config.shape, 6, 2);
-  for (auto* session : {a->get(), b->get()}) {
+  for (Session* session : {a, b}) {
     auto none = session->StepPipelined(story[0].Request());
     ASSERT_TRUE(none.ok() && !none->has_value());
   }
   // Step 0's message is never answered. a's collect ends the stream, which
   // degrades b before b collects its own step 0: both count the deadline.
-  for (auto* session : {a->get(), b->get()}) {
+  for (Session* session : {a, b}) {
     auto previous = session->StepPipelined(story[1].Request());
     ASSERT_TRUE(previous.ok() && previous->has_value()) << previous.status();
     EXPECT_TRUE((*previous)->fallback);
   }
-  EXPECT_EQ((*client)->counters().fallback_deadline, 2);
-  for (auto* session : {a->get(), b->get()}) {
+  EXPECT_EQ(silent.client->counters().fallback_deadline, 2);
+  for (Session* session : {a, b}) {
     auto last = session->Flush();
     ASSERT_TRUE(last.ok() && last->has_value());
     EXPECT_TRUE((*last)->fallback);
   }
-  EXPECT_EQ((*client)->counters().fallback_deadline, 2);
-  a->reset();
-  b->reset();
-  batch.reset();
-  silent->Shutdown(absl::ToChronoTime(absl::Now()));
+  EXPECT_EQ(silent.client->counters().fallback_deadline, 2);
 }
 
 TEST(BatchGatherFallbackTest, ASessionOutlivingItsBatchDecidesItsStepsLocally) {

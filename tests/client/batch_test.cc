@@ -106,25 +106,14 @@ INSTANTIATE_TEST_SUITE_P(BothStreamApis, DecodeBatchTest,
                                            StreamApi::kCallback));
 
 TEST(DecodeBatchFallbackTest, MissedDeadlineFallsBackForEverySessionInIt) {
-  SilentService service;
-  ClientOptions client_options;
-  std::unique_ptr<grpc::Server> silent =
-      Serve(&service, &client_options.target);
-  ASSERT_NE(silent, nullptr);
-  auto client = Client::Connect(client_options);
-  ASSERT_TRUE(client.ok());
-  auto batch = (*client)->CreateBatch();
   SessionConfig config = SmallConfig("entropy", 4);
   config.streaming_sinks = 1;
-  SessionOptions options;
-  options.step_deadline = absl::Milliseconds(50);
-  auto a = batch->CreateSession(config, options);
-  auto b = batch->CreateSession(config, options);
-  ASSERT_TRUE(a.ok() && b.ok());
+  SilentBatch silent;
+  ASSERT_TRUE(silent.Start(config));
   const auto story = MakeStory(config.shape, 6, 1);
   const absl::Time start = absl::Now();
-  auto outcomes = batch->Step(
-      {{a->get(), story[0].Request()}, {b->get(), story[0].Request()}});
+  auto outcomes = silent.batch->Step({{silent.a.get(), story[0].Request()},
+                                      {silent.b.get(), story[0].Request()}});
   const absl::Duration waited = absl::Now() - start;
   EXPECT_GE(waited, absl::Milliseconds(50));
   EXPECT_LT(waited, absl::Seconds(2));
@@ -134,13 +123,9 @@ TEST(DecodeBatchFallbackTest, MissedDeadlineFallsBackForEverySessionInIt) {
     // Six entries, budget 4, one sink: 1001 and 1002 go.
     EXPECT_THAT(outcome->evicted, ElementsAre(1001, 1002));
   }
-  EXPECT_TRUE((*a)->degraded());
-  EXPECT_TRUE((*b)->degraded());
-  EXPECT_EQ((*client)->counters().fallback_deadline, 2);
-  a->reset();
-  b->reset();
-  batch.reset();
-  silent->Shutdown(absl::ToChronoTime(absl::Now()));
+  EXPECT_TRUE(silent.a->degraded());
+  EXPECT_TRUE(silent.b->degraded());
+  EXPECT_EQ(silent.client->counters().fallback_deadline, 2);
 }
 
 }  // namespace

@@ -1,6 +1,7 @@
 // Stand-in servers for the client tests' failure paths: a service that
-// answers creation and attaches but never a step, and a helper that serves
-// any service on a free loopback port.
+// answers creation and attaches but never a step, a helper that serves any
+// service on a free loopback port, and a DecodeBatch of two sessions on the
+// silent service.
 
 #ifndef ENTROKV_TESTS_CLIENT_FAKE_SERVERS_H_
 #define ENTROKV_TESTS_CLIENT_FAKE_SERVERS_H_
@@ -9,7 +10,13 @@
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
+#include "entrokv/client/batch.h"
+#include "entrokv/client/client.h"
+#include "entrokv/core/config.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
+#include "gtest/gtest.h"
 #include "grpcpp/grpcpp.h"
 
 namespace entrokv::testing {
@@ -59,6 +66,52 @@ inline std::unique_ptr<grpc::Server> Serve(grpc::Service* service,
   *target = absl::StrCat("127.0.0.1:", port);
   return server;
 }
+
+// Two sessions `a` and `b` of one DecodeBatch, each with `config` and a
+// 50 ms step deadline, on a SilentService: every step message misses its
+// deadline. Torn down in order: sessions, batch, then the server.
+struct SilentBatch {
+  // False (with a test failure) when something could not start.
+  bool Start(const SessionConfig& config) {
+    ClientOptions client_options;
+    server = Serve(&service, &client_options.target);
+    if (server == nullptr) {
+      ADD_FAILURE() << "the silent server did not start";
+      return false;
+    }
+    absl::StatusOr<std::unique_ptr<Client>> connected =
+        Client::Connect(client_options);
+    if (!connected.ok()) {
+      ADD_FAILURE() << connected.status();
+      return false;
+    }
+    client = *std::move(connected);
+    batch = client->CreateBatch();
+    SessionOptions options;
+    options.step_deadline = absl::Milliseconds(50);
+    auto made_a = batch->CreateSession(config, options);
+    auto made_b = batch->CreateSession(config, options);
+    if (!made_a.ok() || !made_b.ok()) {
+      ADD_FAILURE() << made_a.status() << " " << made_b.status();
+      return false;
+    }
+    a = *std::move(made_a);
+    b = *std::move(made_b);
+    return true;
+  }
+  ~SilentBatch() {
+    a.reset();
+    b.reset();
+    batch.reset();
+    if (server != nullptr) server->Shutdown(absl::ToChronoTime(absl::Now()));
+  }
+
+  SilentService service;
+  std::unique_ptr<grpc::Server> server;
+  std::unique_ptr<Client> client;
+  std::unique_ptr<DecodeBatch> batch;
+  std::unique_ptr<Session> a, b;
+};
 
 }  // namespace entrokv::testing
 
