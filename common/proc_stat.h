@@ -29,7 +29,8 @@ struct ProcStat {
 // after it are counted from its last ')'.
 std::optional<ProcStat> ParseProcStat(absl::string_view text);
 
-// The whole content of `path` (a /proc file), or nullopt when unreadable.
+// The whole content of `path` (a small kernel file: /proc, /sys), or nullopt
+// when unreadable.
 std::optional<std::string> ReadProcFile(const std::string& path);
 
 }  // namespace entrokv

@@ -25,11 +25,6 @@
 
 namespace entrokv::server {
 
-// /proc/<pid>/stat's parser (common/proc_stat.h), as the metrics' tests
-// name it.
-using ::entrokv::ParseProcStat;
-using ::entrokv::ProcStat;
-
 // The boot time, seconds since the epoch, from the text of /proc/stat
 // ("btime N"); nullopt when absent.
 std::optional<int64_t> ParseBootTime(absl::string_view text);

@@ -4,13 +4,12 @@
 
 #include <algorithm>
 #include <cstdlib>
-#include <fstream>
-#include <sstream>
 #include <string>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
+#include "common/proc_stat.h"
 
 namespace entrokv::server {
 
@@ -97,11 +96,7 @@ int CpuQuotaLimit(const std::string& cpu_max, long long v1_quota,
 namespace {
 
 std::string ReadFile(const char* path) {
-  std::ifstream in(path);
-  if (!in) return "";
-  std::stringstream s;
-  s << in.rdbuf();
-  return s.str();
+  return ReadProcFile(path).value_or("");
 }
 
 long long ReadNumber(const char* path, long long fallback) {

@@ -15,6 +15,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "loadgen_test_util.h"
+#include "server_process.h"
 #include "server_test_util.h"
 
 namespace entrokv::server::testing {
@@ -220,6 +221,17 @@ TEST_F(LoadgenReportTest, ReachesATokenServerWithAuthTokenFile) {
     EXPECT_THAT(served.output, Not(HasSubstr("UNAUTHENTICATED")));
   }
   std::remove(token_file.c_str());
+}
+
+TEST(SwitchesSinceTest, CountsGrowthNewThreadsAndReusedIds) {
+  loadgen::ProcessSample before, after;
+  before.switches_by_thread = {{10, 5}, {11, 7}, {12, 100}, {13, 40}};
+  // 10 grew by 3; 11 did not move; 12 exited (its last switches are lost);
+  // 13 is a new thread under a reused id (below its old count: all new);
+  // 14 is new.
+  after.switches_by_thread = {{10, 8}, {11, 7}, {13, 6}, {14, 9}};
+  EXPECT_EQ(loadgen::SwitchesSince(before, after), 3 + 0 + 6 + 9);
+  EXPECT_EQ(loadgen::SwitchesSince(after, after), 0);
 }
 
 }  // namespace

@@ -140,7 +140,7 @@ class LockStep {
       last_phase_done_.store(true);
     }
     // After the sample: reading /proc is in no phase's time.
-    phase_start_ = shared_->server_pid.has_value() ? absl::Now() : now;
+    phase_start_ = absl::Now();
   }
 
   // Reads the server's counters at a phase's end and credits what they grew

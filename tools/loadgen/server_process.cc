@@ -44,7 +44,9 @@ int64_t SwitchesSince(const ProcessSample& before,
   for (const auto& [tid, count] : after.switches_by_thread) {
     const auto it = before.switches_by_thread.find(tid);
     const int64_t base = it == before.switches_by_thread.end() ? 0 : it->second;
-    switches += std::max<int64_t>(0, count - base);
+    // A count below the base is a new thread under a reused id: all of
+    // its count is new, as for any thread new in `after`.
+    switches += count >= base ? count - base : count;
   }
   return switches;
 }
