@@ -55,6 +55,11 @@ ABSL_FLAG(int32_t, step_workers, 0,
           "every stream; 0: the CPUs this process may use (its affinity, "
           "lowered to the cgroup's CPU quota); 1: each message on its "
           "stream's thread");
+ABSL_FLAG(int32_t, poll_threads, 1,
+          "Threads that carry the API's gRPC calls, each polling its own "
+          "completion queue (a call stays on the thread that accepted it); "
+          "one is fastest for one stream, more spread many streams' reads "
+          "and replies (docs/performance.md)");
 ABSL_FLAG(int32_t, max_shadows, 4,
           "Shadow policies a session may carry (0: shadowing is off); "
           "docs/choosing-a-policy.md");
@@ -153,7 +158,7 @@ int main(int argc, char** argv) {
              "max_steps_per_session_per_message", "max_echo_bytes",
              "grpc_memory_bytes", "grpc_max_threads", "max_shadows",
              "max_shadow_reference_bytes", "max_shadow_bytes"}},
-           {"Threads", {"step_workers"}},
+           {"Threads", {"step_workers", "poll_threads"}},
            {"Lifetimes", {"idle_timeout", "drain_timeout"}},
            {"Backend", {"gpu", "gpu_device"}},
            {"Logging", {"log_level", "log_format"}},
@@ -193,6 +198,7 @@ int main(int argc, char** argv) {
   options.max_steps_per_session_per_message =
       absl::GetFlag(FLAGS_max_steps_per_session_per_message);
   options.step_workers = absl::GetFlag(FLAGS_step_workers);
+  options.poll_threads = absl::GetFlag(FLAGS_poll_threads);
   options.max_shadows = absl::GetFlag(FLAGS_max_shadows);
   options.max_shadow_reference_bytes =
       absl::GetFlag(FLAGS_max_shadow_reference_bytes);

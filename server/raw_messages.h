@@ -1,8 +1,7 @@
 // What the service's raw-bytes RPCs share (the service is registered with
 // gRPC's raw API so that it can bound work on the bytes before parsing):
 // parsing and serializing messages, the method names the metrics use, the
-// session id check and a stream refused before it starts. Stateless and
-// thread-safe.
+// session id check. Stateless and thread-safe.
 
 #ifndef ENTROKV_SERVER_RAW_MESSAGES_H_
 #define ENTROKV_SERVER_RAW_MESSAGES_H_
@@ -58,16 +57,6 @@ absl::Status SerializeMessage(const Message& message, grpc::ByteBuffer* out) {
   }
   return absl::OkStatus();
 }
-
-
-class RefusedStream final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
- public:
-  explicit RefusedStream(const absl::Status& status) {
-    Finish(ToGrpcStatus(status));
-  }
-  void OnDone() override { delete this; }
-};
 
 }  // namespace entrokv::server
 

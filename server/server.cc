@@ -17,7 +17,6 @@
 #ifdef ENTROKV_HAVE_REFLECTION
 #include "grpcpp/ext/proto_server_reflection_plugin.h"
 #endif
-#include "grpcpp/health_check_service_interface.h"
 #include "server/reflection_v1.h"
 #include "grpcpp/impl/server_builder_option.h"
 #include "grpcpp/resource_quota.h"
@@ -119,6 +118,9 @@ absl::Status ValidateOptions(const ServerOptions& options) {
     return absl::InvalidArgumentError(
         "step_workers: must be in [0, 1024] (0: the CPUs this process may "
         "use)");
+  }
+  if (options.poll_threads < 1 || options.poll_threads > 1024) {
+    return absl::InvalidArgumentError("poll_threads: must be in [1, 1024]");
   }
   if (options.max_echo_bytes < 0) {
     return absl::InvalidArgumentError("max_echo_bytes: negative");
@@ -405,7 +407,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   server->grpc_metrics_ = std::make_unique<GrpcServerMetrics>(
       GrpcServerMetrics::MethodsOf(services));
 
-  grpc::EnableDefaultHealthCheckService(true);
+  // Health is served by our own HealthService, on our own pollers.
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::ServerBuilder builder;
   {
     std::vector<
@@ -439,6 +442,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     builder.AddListeningPort(options.listen[i], credentials[i], &ports[i]);
   }
   builder.RegisterService(server->service_.get());
+  builder.RegisterService(&server->health_);
+  server->pollers_ = std::make_unique<CallPollers>(
+      options.poll_threads, &builder,
+      [s = server.get()](grpc::ServerCompletionQueue* queue, LiveCalls* live) {
+        s->service_->RequestCalls(queue, live);
+        s->health_.RequestCalls(queue, live);
+      });
   if (server->reflection_v1_ != nullptr) {
     builder.RegisterService(server->reflection_v1_.get());
   }
@@ -454,6 +464,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     // ~Server() copes with a server that never started.
     return absl::UnavailableError(BindFailureMessage("listen", options.listen));
   }
+  server->pollers_->Start();
   std::vector<std::string> bound;
   for (size_t i = 0; i < options.listen.size(); ++i) {
     const std::string& address = options.listen[i];
@@ -489,9 +500,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     health_builder.SetResourceQuota(health_quota);
     health_builder.AddChannelArgument(GRPC_ARG_MAX_CONCURRENT_STREAMS, 4);
     health_builder.SetMaxReceiveMessageSize(4 << 10);
-    server->health_fallback_ = std::make_unique<grpc::CallbackGenericService>();
-    health_builder.RegisterCallbackGenericService(
-        server->health_fallback_.get());
+    // Any other method is answered UNIMPLEMENTED (by gRPC, on this queue).
+    health_builder.RegisterService(&server->health_port_health_);
+    server->health_pollers_ = std::make_unique<CallPollers>(
+        1, &health_builder,
+        [s = server.get()](grpc::ServerCompletionQueue* queue,
+                           LiveCalls* live) {
+          s->health_port_health_.RequestCalls(queue, live);
+        });
     int health_port = 0;
     health_builder.AddListeningPort(
         options.health_listen, grpc::InsecureServerCredentials(), &health_port);
@@ -500,16 +516,13 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       return absl::UnavailableError(
           BindFailureMessage("health_listen", {options.health_listen}));
     }
+    server->health_pollers_->Start();
     server->health_target_ = TcpTarget(options.health_listen, health_port);
   }
-  for (grpc::Server* s :
-       {server->grpc_server_.get(), server->health_server_.get()}) {
-    if (s == nullptr) continue;
-    if (grpc::HealthCheckServiceInterface* health = s->GetHealthCheckService();
-        health != nullptr) {
-      health->SetServingStatus(true);
-      health->SetServingStatus(kServiceName, true);
-    }
+  for (HealthService* health :
+       {&server->health_, &server->health_port_health_}) {
+    health->SetServing("", true);
+    health->SetServing(kServiceName, true);
   }
   server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
 
@@ -531,7 +544,8 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       "max_message_bytes {}, max_streams {}, max_steps_per_message {}, "
       "max_steps_per_session_per_message {}, echo {}, grpc_memory_bytes {}, "
       "grpc_max_threads {}, idle_timeout {}, max_shadows {} "
-      "(max_shadow_reference_bytes {}, max_shadow_bytes {}), step_workers {}",
+      "(max_shadow_reference_bytes {}, max_shadow_bytes {}), step_workers {}, "
+      "poll_threads {}",
       listening, server->DescribeBackends(), options.max_sessions,
       options.max_live_entries, options.max_bytes, options.max_gpu_bytes,
       options.max_message_bytes, options.max_streams,
@@ -542,7 +556,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
       GrpcMemoryBytes(options), options.grpc_max_threads,
       absl::FormatDuration(options.idle_timeout), options.max_shadows,
       options.max_shadow_reference_bytes, options.max_shadow_bytes,
-      server->service_->step_workers());
+      server->service_->step_workers(), options.poll_threads);
   return server;
 }
 
@@ -595,25 +609,27 @@ void Server::Shutdown(absl::Duration drain) {
   if (grpc_server_ != nullptr) {
     spdlog::info("shutting down: draining open streams for up to {}",
                  absl::FormatDuration(drain));
-    for (grpc::Server* s : {grpc_server_.get(), health_server_.get()}) {
-      if (s == nullptr) continue;
-      if (grpc::HealthCheckServiceInterface* health =
-              s->GetHealthCheckService();
-          health != nullptr) {
-        health->SetServingStatus(false);
-        health->SetServingStatus(kServiceName, false);
-      }
+    for (HealthService* health : {&health_, &health_port_health_}) {
+      health->SetServing("", false);
+      health->SetServing(kServiceName, false);
     }
+    // A watcher of the API port has seen NOT_SERVING; it does not hold the
+    // drain open.
+    health_.EndWatches();
     const auto deadline =
         std::chrono::system_clock::now() + absl::ToChronoNanoseconds(drain);
     grpc_server_->Shutdown(deadline);
     grpc_server_->Wait();
   }
+  // After the gRPC server: its shutdown ended the calls the pollers carry.
+  if (pollers_ != nullptr) pollers_->Stop();
   // Probes see NOT_SERVING on the health port for the whole drain.
   if (health_server_ != nullptr) {
+    health_port_health_.EndWatches();
     health_server_->Shutdown(std::chrono::system_clock::now());
     health_server_->Wait();
   }
+  if (health_pollers_ != nullptr) health_pollers_->Stop();
   // A Start() that failed may have left no gRPC server, reaper or registry.
   if (reaper_.joinable()) reaper_.join();
   metrics_http_.reset();

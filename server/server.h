@@ -2,15 +2,17 @@
 //
 // Start() creates the backends (CPU always; CUDA when compiled, enabled and a
 // device is present), the session registry and the gRPC server with the
-// entrokv.v1.EntroKv service, the standard health service (grpc.health.v1)
-// and, when enabled, server reflection, listening on every address of
+// entrokv.v1.EntroKv service, the standard health service (grpc.health.v1,
+// server/health_service.h) and, when enabled, server reflection, listening on every address of
 // ServerOptions::listen ("host:port" with a port in [0, 65535], 0 picking a
 // free port; "unix:/path"), with the credentials of server/security.h (TLS,
 // mutual TLS, bearer token; plaintext non-loopback TCP refused unless
 // allowed). Unix sockets get ServerOptions::socket_mode/socket_group. An
 // optional second gRPC server on health_listen serves health only. A bind
 // failure is diagnosed (DiagnoseBindFailure). A reaper thread reclaims
-// sessions detached for longer than the idle timeout.
+// sessions detached for longer than the idle timeout. Every call of the API
+// and health services runs on the server's own poller threads
+// (server/call_pollers.h; ServerOptions::poll_threads).
 //
 // Resource bounds: the work of one Decode message (max_steps_per_message,
 // max_steps_per_session_per_message) is refused before any of it is done;
@@ -22,8 +24,8 @@
 // With ServerOptions::metrics_listen set, an HTTP endpoint serves the
 // server's metrics in the Prometheus text format (server/metrics.h).
 //
-// Shutdown() sets health to NOT_SERVING (on the health listener too), stops
-// accepting calls, lets open streams run until the drain deadline, then cancels
+// Shutdown() sets health to NOT_SERVING (on the health listener too), ends
+// the API port's health Watch calls, stops accepting calls, lets open streams run until the drain deadline, then cancels
 // what is left and waits for every call to end. It is idempotent; the
 // destructor calls it with no drain time.
 //
@@ -43,11 +45,12 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "entrokv/core/backend.h"
-#include "grpcpp/generic/async_generic_service.h"
 #include "grpcpp/server.h"
 #include "server/grpc_metrics.h"
 #include "server/metrics.h"
 #include "server/service.h"
+#include "server/call_pollers.h"
+#include "server/health_service.h"
 #include "server/session_registry.h"
 
 namespace entrokv::server {
@@ -70,6 +73,10 @@ struct ServerOptions {
   // sessions, shared by every stream (StepPool); 0: DefaultStepWorkers(),
   // the CPUs this process may use. 1: every step on its stream's thread.
   int step_workers = 0;
+  // Threads that carry the API's calls (CallPollers), each polling its own
+  // completion queue; a call stays on the thread that accepted it
+  // (docs/performance.md). The health listener has one of its own.
+  int poll_threads = 1;
   // Shadow policies (proto's Shadowing): per session, and the bytes one
   // session's reference and all sessions' shadowing may take.
   int32_t max_shadows = 4;  // 0: shadowing is off.
@@ -160,11 +167,14 @@ class Server {
   std::unique_ptr<GrpcServerMetrics> grpc_metrics_;
   std::unique_ptr<EntroKvService> service_;
   std::unique_ptr<grpc::Service> reflection_v1_;  // With enable_reflection.
+  HealthService health_;
+  // The API's queues and threads; outlive grpc_server_.
+  std::unique_ptr<CallPollers> pollers_;
   std::unique_ptr<grpc::Server> grpc_server_;
   std::vector<std::string> targets_;
-  // Answers UNIMPLEMENTED for all but health on the health-only listener
-  // (and gives gRPC a callback service to poll for).
-  std::unique_ptr<grpc::CallbackGenericService> health_fallback_;
+  // The health listener's service, queue and thread (with health_listen).
+  HealthService health_port_health_;
+  std::unique_ptr<CallPollers> health_pollers_;
   std::unique_ptr<grpc::Server> health_server_;  // Null: no health listener.
   std::string health_target_;
   std::thread reaper_;

@@ -12,8 +12,8 @@
 #include "absl/time/time.h"
 #include "proto/convert/config_convert.h"
 #include "proto/convert/shadow_convert.h"
-#include "server/decode_reactor.h"
-#include "server/echo_reactor.h"
+#include "server/decode_stream.h"
+#include "server/echo_stream.h"
 #include "server/raw_messages.h"
 #include "server/status_conversion.h"
 #include "spdlog/spdlog.h"
@@ -35,48 +35,88 @@ void FillInfo(const SessionSnapshot& snapshot, v1::SessionInfo* out) {
   }
 }
 
-grpc::ServerUnaryReactor* FinishUnary(grpc::CallbackServerContext* context,
-                                      const absl::Status& status) {
-  grpc::ServerUnaryReactor* reactor = context->DefaultReactor();
-  reactor->Finish(ToGrpcStatus(status));
-  return reactor;
-}
-
 // A unary call on raw bytes: parses the request (InvalidArgument when it
 // cannot), runs `handler(request, &response)`, serializes the response.
 // A failure is counted in `metrics` under `method`.
 template <typename Request, typename Response, typename Handler>
-grpc::ServerUnaryReactor* ServeUnary(grpc::CallbackServerContext* context,
-                                     const grpc::ByteBuffer* request_bytes,
-                                     grpc::ByteBuffer* response_bytes,
-                                     ServerMetrics* metrics,
-                                     absl::string_view method,
-                                     Handler handler) {
+grpc::Status ServeUnary(const std::string& peer, grpc::ByteBuffer* request_bytes,
+                        grpc::ByteBuffer* response_bytes,
+                        ServerMetrics* metrics, absl::string_view method,
+                        Handler handler) {
   Request request;
   Response response;
-  grpc::ByteBuffer bytes(*request_bytes);  // Shares the slices.
-  absl::Status status = ParseMessage(&bytes, &request);
+  absl::Status status = ParseMessage(request_bytes, &request);
   if (!status.ok()) {
-    spdlog::debug("{} from {}: {}", request.GetTypeName(), context->peer(),
+    spdlog::debug("{} from {}: {}", request.GetTypeName(), peer,
                   status.ToString());
     metrics->Rejected(method, status);
-    return FinishUnary(context, status);
+    return ToGrpcStatus(status);
   }
   status = handler(request, &response);
   if (status.ok()) status = SerializeMessage(response, response_bytes);
   if (!status.ok()) metrics->Rejected(method, status);
-  return FinishUnary(context, status);
+  return ToGrpcStatus(status);
 }
-
-// A stream refused before it starts: ends with `status` at once.
 
 }  // namespace
 
-grpc::ServerUnaryReactor* EntroKvService::CreateSession(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
-    grpc::ByteBuffer* response_bytes) {
+EntroKvService::EntroKvService(SessionRegistry* registry,
+                               const ServiceLimits& limits,
+                               ServerMetrics* metrics)
+    : registry_(registry),
+      limits_(limits),
+      metrics_(metrics),
+      pool_(std::make_unique<StepPool>(std::max(1, limits.step_workers))) {
+  using Responder = UnaryMethod::Responder;
+  using Queue = grpc::ServerCompletionQueue;
+  const auto unary = [this](auto request, auto serve) {
+    unary_methods_.push_back(UnaryMethod{
+        [this, request](grpc::ServerContext* context, grpc::ByteBuffer* bytes,
+                        Responder* responder, Queue* queue, void* tag) {
+          (this->*request)(context, bytes, responder, queue, queue, tag);
+        },
+        [this, serve](const std::string& peer, grpc::ByteBuffer* in,
+                      grpc::ByteBuffer* out) {
+          return (this->*serve)(peer, in, out);
+        }});
+  };
+  unary(&EntroKvService::RequestCreateSession,
+        &EntroKvService::ServeCreateSession);
+  unary(&EntroKvService::RequestCloseSession,
+        &EntroKvService::ServeCloseSession);
+  unary(&EntroKvService::RequestGetSession, &EntroKvService::ServeGetSession);
+  unary(&EntroKvService::RequestListSessions,
+        &EntroKvService::ServeListSessions);
+  const auto stream = [this](auto request, auto open) {
+    stream_methods_.push_back(StreamMethod{
+        [this, request](grpc::ServerContext* context,
+                        StreamMethod::Stream* stream, Queue* queue,
+                        void* tag) {
+          (this->*request)(context, stream, queue, queue, tag);
+        },
+        [this, open](const std::string& peer, grpc::Status* refused) {
+          return (this->*open)(peer, refused);
+        }});
+  };
+  stream(&EntroKvService::RequestDecode, &EntroKvService::OpenDecode);
+  stream(&EntroKvService::RequestEcho, &EntroKvService::OpenEcho);
+}
+
+void EntroKvService::RequestCalls(grpc::ServerCompletionQueue* queue,
+                                  LiveCalls* live) {
+  for (const UnaryMethod& method : unary_methods_) {
+    AskUnary(&method, queue, live);
+  }
+  for (const StreamMethod& method : stream_methods_) {
+    AskStream(&method, queue, live);
+  }
+}
+
+grpc::Status EntroKvService::ServeCreateSession(const std::string& peer,
+                                          grpc::ByteBuffer* request_bytes,
+                                          grpc::ByteBuffer* response_bytes) {
   return ServeUnary<v1::CreateSessionRequest, v1::CreateSessionResponse>(
-      context, request_bytes, response_bytes, metrics_, "CreateSession",
+      peer, request_bytes, response_bytes, metrics_, "CreateSession",
       [&](const v1::CreateSessionRequest& request,
           v1::CreateSessionResponse* response) -> absl::Status {
         SessionConfig config;
@@ -95,7 +135,7 @@ grpc::ServerUnaryReactor* EntroKvService::CreateSession(
                               request.config().placement_fallback(),
                               shadowing);
         if (!snapshot.ok()) {
-          spdlog::warn("CreateSession from {} rejected: {}", context->peer(),
+          spdlog::warn("CreateSession from {} rejected: {}", peer,
                        snapshot.status().ToString());
           return snapshot.status();
         }
@@ -105,11 +145,11 @@ grpc::ServerUnaryReactor* EntroKvService::CreateSession(
       });
 }
 
-grpc::ServerUnaryReactor* EntroKvService::CloseSession(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
-    grpc::ByteBuffer* response_bytes) {
+grpc::Status EntroKvService::ServeCloseSession(const std::string& peer,
+                                          grpc::ByteBuffer* request_bytes,
+                                          grpc::ByteBuffer* response_bytes) {
   return ServeUnary<v1::CloseSessionRequest, v1::CloseSessionResponse>(
-      context, request_bytes, response_bytes, metrics_, "CloseSession",
+      peer, request_bytes, response_bytes, metrics_, "CloseSession",
       [&](const v1::CloseSessionRequest& request,
           v1::CloseSessionResponse* response) -> absl::Status {
         if (absl::Status status = RequireSessionId(request.session_id());
@@ -124,11 +164,11 @@ grpc::ServerUnaryReactor* EntroKvService::CloseSession(
       });
 }
 
-grpc::ServerUnaryReactor* EntroKvService::GetSession(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
-    grpc::ByteBuffer* response_bytes) {
+grpc::Status EntroKvService::ServeGetSession(const std::string& peer,
+                                          grpc::ByteBuffer* request_bytes,
+                                          grpc::ByteBuffer* response_bytes) {
   return ServeUnary<v1::GetSessionRequest, v1::GetSessionResponse>(
-      context, request_bytes, response_bytes, metrics_, "GetSession",
+      peer, request_bytes, response_bytes, metrics_, "GetSession",
       [&](const v1::GetSessionRequest& request,
           v1::GetSessionResponse* response) -> absl::Status {
         if (absl::Status status = RequireSessionId(request.session_id());
@@ -143,11 +183,11 @@ grpc::ServerUnaryReactor* EntroKvService::GetSession(
       });
 }
 
-grpc::ServerUnaryReactor* EntroKvService::ListSessions(
-    grpc::CallbackServerContext* context, const grpc::ByteBuffer* request_bytes,
-    grpc::ByteBuffer* response_bytes) {
+grpc::Status EntroKvService::ServeListSessions(const std::string& peer,
+                                          grpc::ByteBuffer* request_bytes,
+                                          grpc::ByteBuffer* response_bytes) {
   return ServeUnary<v1::ListSessionsRequest, v1::ListSessionsResponse>(
-      context, request_bytes, response_bytes, metrics_, "ListSessions",
+      peer, request_bytes, response_bytes, metrics_, "ListSessions",
       [&](const v1::ListSessionsRequest&,
           v1::ListSessionsResponse* response) -> absl::Status {
         const std::vector<SessionSnapshot> sessions = registry_->List();
@@ -181,43 +221,44 @@ bool EntroKvService::TryOpenStream() {
   return true;
 }
 
-absl::Status EntroKvService::TooManyStreams(
-    grpc::CallbackServerContext* context) const {
+absl::Status EntroKvService::TooManyStreams(const std::string& peer) const {
   const absl::Status status = absl::ResourceExhaustedError(absl::StrCat(
       "streams: the server's limit of ", limits_.max_streams,
       " open Decode and Echo streams (--max_streams) is reached; retry when "
       "one has ended"));
-  spdlog::warn("stream from {} refused: {}", context->peer(),
-               status.ToString());
+  spdlog::warn("stream from {} refused: {}", peer, status.ToString());
   return status;
 }
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-EntroKvService::Decode(grpc::CallbackServerContext* context) {
+std::unique_ptr<StreamHandler> EntroKvService::OpenDecode(
+    const std::string& peer, grpc::Status* refused) {
   if (!TryOpenStream()) {
-    const absl::Status status = TooManyStreams(context);
+    const absl::Status status = TooManyStreams(peer);
     metrics_->Rejected(kDecode, status);
-    return new RefusedStream(status);
+    *refused = ToGrpcStatus(status);
+    return nullptr;
   }
-  return NewDecodeReactor(registry_, limits_, metrics_, &open_streams_,
-                          pool_.get(), context->peer());
+  return NewDecodeStream(registry_, limits_, metrics_, &open_streams_,
+                         pool_.get(), peer);
 }
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>*
-EntroKvService::Echo(grpc::CallbackServerContext* context) {
+std::unique_ptr<StreamHandler> EntroKvService::OpenEcho(
+    const std::string& peer, grpc::Status* refused) {
   if (!limits_.enable_echo) {
     const absl::Status status = absl::UnimplementedError(
         "Echo is disabled on this server; start entrokv-server with "
         "--enable_echo for the load-test baseline");
     metrics_->Rejected(kEcho, status);
-    return new RefusedStream(status);
+    *refused = ToGrpcStatus(status);
+    return nullptr;
   }
   if (!TryOpenStream()) {
-    const absl::Status status = TooManyStreams(context);
+    const absl::Status status = TooManyStreams(peer);
     metrics_->Rejected(kEcho, status);
-    return new RefusedStream(status);
+    *refused = ToGrpcStatus(status);
+    return nullptr;
   }
-  return NewEchoReactor(limits_, metrics_, &open_streams_);
+  return NewEchoStream(limits_, metrics_, &open_streams_);
 }
 
 }  // namespace entrokv::server

@@ -13,7 +13,7 @@
 // atomics (PublishStats()), which Get() / List() read. Close() only marks the
 // entry closed and removes it from the map; the state is destroyed when the
 // last holder (registry or stream) lets go of the entry. A stream that holds a
-// closed entry detaches it at the next message it handles (see decode_reactor.cc).
+// closed entry detaches it at the next message it handles (see decode_stream.cc).
 //
 // Thread-safety: all methods are thread-safe. The backends must outlive the
 // registry and every entry it handed out.

@@ -1,5 +1,5 @@
 // The wire's SessionStep as core's StepInput: what the server checks before
-// core sees a step. Shared by DecodeReactor (server/decode_reactor.cc) and the wire
+// core sees a step. Shared by DecodeStream (server/decode_stream.cc) and the wire
 // fuzzer (tests/fuzz/fuzz_step.cc), so that the fuzzer runs the server's own
 // conversion. Header-only: the fuzzer does not link the gRPC server.
 

@@ -1,4 +1,4 @@
-#include "server/decode_reactor.h"
+#include "server/decode_stream.h"
 
 #include <algorithm>
 #include <atomic>
@@ -52,7 +52,7 @@ std::string NameIds(const std::vector<std::string>& ids) {
 
 // One Decode stream. Reads and writes strictly alternate (a request is read
 // only after the previous response was written), so at most one of this
-// reactor's callbacks runs at a time and `attached_` needs no lock.
+// handler's calls runs at a time and `attached_` needs no lock.
 //
 // A session closed (or reclaimed) while this stream holds it keeps its state
 // alive through `attached_`: the stream alone may touch that state, so it
@@ -62,13 +62,13 @@ std::string NameIds(const std::vector<std::string>& ids) {
 // Work per message is bounded before any of it is done: the request's
 // top-level entries are counted on the raw bytes (CheckCounts()), and the
 // steps of each session counted before the first step runs.
-class DecodeReactor final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class DecodeStream final : public StreamHandler {
  public:
-  // `open_streams` was incremented for this stream; OnDone() decrements it.
-  DecodeReactor(SessionRegistry* registry, const ServiceLimits& limits,
-                ServerMetrics* metrics, std::atomic<int64_t>* open_streams,
-                StepPool* pool, std::string peer)
+  // `open_streams` was incremented for this stream; the destructor
+  // decrements it.
+  DecodeStream(SessionRegistry* registry, const ServiceLimits& limits,
+               ServerMetrics* metrics, std::atomic<int64_t>* open_streams,
+               StepPool* pool, std::string peer)
       : registry_(registry),
         limits_(limits),
         metrics_(metrics),
@@ -76,46 +76,39 @@ class DecodeReactor final
         pool_(pool),
         peer_(std::move(peer)) {
     spdlog::debug("decode stream from {} opened", peer_);
-    StartRead(&request_bytes_);
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      // The client half-closed or the call was cancelled. Sessions are
-      // released before the status goes out, so that a client that has seen
-      // the stream end can attach them elsewhere at once.
-      DetachAll();
-      Finish(grpc::Status::OK);
-      return;
-    }
-    ++messages_;
-    absl::Status status = Handle();
-    request_bytes_.Clear();
-    if (status.ok()) status = SerializeMessage(response_, &response_bytes_);
-    if (!status.ok()) {
-      End(status);
-      return;
-    }
-    StartWrite(&response_bytes_);
-  }
-
-  void OnWriteDone(bool ok) override {
-    // The reply is out: the shadows' work for its steps runs now, before the
-    // next message is read.
-    RunShadows();
-    if (!ok) {
-      DetachAll();
-      Finish(ToGrpcStatus(absl::CancelledError("decode stream broken")));
-      return;
-    }
-    StartRead(&request_bytes_);
-  }
-
-  void OnDone() override {
+  ~DecodeStream() override {
     DetachAll();
     open_streams_->fetch_sub(1, std::memory_order_relaxed);
     spdlog::debug("decode stream from {} ended after {} steps", peer_, steps_);
-    delete this;
+  }
+
+  grpc::Status OnMessage(grpc::ByteBuffer* request,
+                         grpc::ByteBuffer* reply) override {
+    ++messages_;
+    absl::Status status = Handle(request);
+    request->Clear();
+    if (status.ok()) status = SerializeMessage(response_, reply);
+    if (!status.ok()) return End(status);
+    return grpc::Status::OK;
+  }
+
+  // The reply is out: the shadows' work for its steps runs now, before the
+  // next message is read.
+  void OnReplyWritten() override { RunShadows(); }
+
+  grpc::Status OnReadsDone() override {
+    // The client half-closed or the call was cancelled. Sessions are
+    // released before the status goes out, so that a client that has seen
+    // the stream end can attach them elsewhere at once.
+    DetachAll();
+    return grpc::Status::OK;
+  }
+
+  grpc::Status OnWriteFailed() override {
+    DetachAll();
+    return ToGrpcStatus(absl::CancelledError("decode stream broken"));
   }
 
  private:
@@ -204,9 +197,9 @@ class DecodeReactor final
     return ids;
   }
 
-  // Ends the stream with `why`, after detaching its sessions; the status and
-  // a warning say which.
-  void End(const absl::Status& why) {
+  // The status the stream ends with for `why`, after detaching its sessions;
+  // the status and a warning say which.
+  grpc::Status End(const absl::Status& why) {
     const std::vector<std::string> ids = DetachAll();
     const absl::Status status(
         why.code(),
@@ -218,7 +211,7 @@ class DecodeReactor final
                                         " were detached")));
     spdlog::warn("decode stream from {}: {}", peer_, status.ToString());
     metrics_->Rejected(kDecode, why);
-    Finish(ToGrpcStatus(status));
+    return ToGrpcStatus(status);
   }
 
   // Lets go of the sessions closed since the last message, freeing their
@@ -238,10 +231,10 @@ class DecodeReactor final
   // stopping at the first list past the limit, so that an over-long message
   // costs at most `max_steps_per_message` skipped entries per list. Bytes
   // that are not a protobuf message are left to the parse that follows.
-  absl::Status CheckCounts() {
+  absl::Status CheckCounts(grpc::ByteBuffer* request) {
     const int64_t max = limits_.max_steps_per_message;
-    if (!request_bytes_.Valid()) return absl::OkStatus();
-    grpc::ProtoBufferReader reader(&request_bytes_);
+    if (!request->Valid()) return absl::OkStatus();
+    grpc::ProtoBufferReader reader(request);
     if (!reader.status().ok()) return absl::OkStatus();
     google::protobuf::io::CodedInputStream input(&reader);
     constexpr const char* kLists[] = {"", "attach", "steps", "detach"};
@@ -260,9 +253,11 @@ class DecodeReactor final
   }
 
   // Not OK: the stream must end with this status.
-  absl::Status Handle() {
-    if (absl::Status status = CheckCounts(); !status.ok()) return status;
-    if (absl::Status status = ParseReusing(&request_bytes_, &request_);
+  absl::Status Handle(grpc::ByteBuffer* request) {
+    if (absl::Status status = CheckCounts(request); !status.ok()) {
+      return status;
+    }
+    if (absl::Status status = ParseReusing(request, &request_);
         !status.ok()) {
       return status;
     }
@@ -512,8 +507,6 @@ class DecodeReactor final
   std::atomic<int64_t>* const open_streams_;
   StepPool* const pool_;
   const std::string peer_;
-  grpc::ByteBuffer request_bytes_;
-  grpc::ByteBuffer response_bytes_;
   v1::DecodeRequest request_;
   v1::DecodeResponse response_;
   // Steps of the message in `request_` whose shadows have yet to run.
@@ -532,12 +525,12 @@ class DecodeReactor final
 
 }  // namespace
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewDecodeReactor(
+std::unique_ptr<StreamHandler> NewDecodeStream(
     SessionRegistry* registry, const ServiceLimits& limits,
     ServerMetrics* metrics, std::atomic<int64_t>* open_streams,
     StepPool* pool, std::string peer) {
-  return new DecodeReactor(registry, limits, metrics, open_streams, pool,
-                           std::move(peer));
+  return std::make_unique<DecodeStream>(registry, limits, metrics,
+                                        open_streams, pool, std::move(peer));
 }
 
 }  // namespace entrokv::server

@@ -1,6 +1,7 @@
-#include "server/echo_reactor.h"
+#include "server/echo_stream.h"
 
 #include <algorithm>
+#include <memory>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -17,44 +18,35 @@ namespace {
 constexpr int64_t kEchoOverheadBytes = 64;
 
 // Echo: answers each message with one message and does nothing else.
-class EchoReactor final
-    : public grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+class EchoStream final : public StreamHandler {
  public:
-  // `open_streams` was incremented for this stream; OnDone() decrements it.
-  EchoReactor(const ServiceLimits& limits, ServerMetrics* metrics,
-              std::atomic<int64_t>* open_streams)
-      : limits_(limits), metrics_(metrics), open_streams_(open_streams) {
-    StartRead(&request_bytes_);
+  // `open_streams` was incremented for this stream; the destructor
+  // decrements it.
+  EchoStream(const ServiceLimits& limits, ServerMetrics* metrics,
+             std::atomic<int64_t>* open_streams)
+      : limits_(limits), metrics_(metrics), open_streams_(open_streams) {}
+
+  ~EchoStream() override {
+    open_streams_->fetch_sub(1, std::memory_order_relaxed);
   }
 
-  void OnReadDone(bool ok) override {
-    if (!ok) {
-      Finish(grpc::Status::OK);
-      return;
-    }
-    absl::Status status = ParseMessage(&request_bytes_, &request_);
-    request_bytes_.Clear();
+  grpc::Status OnMessage(grpc::ByteBuffer* request,
+                         grpc::ByteBuffer* reply) override {
+    absl::Status status = ParseMessage(request, &request_);
+    request->Clear();
     if (status.ok()) status = MakeReply();
-    if (status.ok()) status = SerializeMessage(reply_, &reply_bytes_);
+    if (status.ok()) status = SerializeMessage(reply_, reply);
     if (!status.ok()) {
       metrics_->Rejected(kEcho, status);
-      Finish(ToGrpcStatus(status));
-      return;
+      return ToGrpcStatus(status);
     }
-    StartWrite(&reply_bytes_);
+    return grpc::Status::OK;
   }
 
-  void OnWriteDone(bool ok) override {
-    if (!ok) {
-      Finish(ToGrpcStatus(absl::CancelledError("echo stream broken")));
-      return;
-    }
-    StartRead(&request_bytes_);
-  }
+  grpc::Status OnReadsDone() override { return grpc::Status::OK; }
 
-  void OnDone() override {
-    open_streams_->fetch_sub(1, std::memory_order_relaxed);
-    delete this;
+  grpc::Status OnWriteFailed() override {
+    return ToGrpcStatus(absl::CancelledError("echo stream broken"));
   }
 
  private:
@@ -94,18 +86,16 @@ class EchoReactor final
   const ServiceLimits& limits_;
   ServerMetrics* const metrics_;
   std::atomic<int64_t>* const open_streams_;
-  grpc::ByteBuffer request_bytes_;
-  grpc::ByteBuffer reply_bytes_;
   v1::EchoMessage request_;
   v1::EchoMessage reply_;
 };
 
 }  // namespace
 
-grpc::ServerBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer>* NewEchoReactor(
+std::unique_ptr<StreamHandler> NewEchoStream(
     const ServiceLimits& limits, ServerMetrics* metrics,
     std::atomic<int64_t>* open_streams) {
-  return new EchoReactor(limits, metrics, open_streams);
+  return std::make_unique<EchoStream>(limits, metrics, open_streams);
 }
 
 }  // namespace entrokv::server
