@@ -1,0 +1,132 @@
+#!/usr/bin/env python3
+"""Side-by-side entrokv-loadgen runs of server binaries or flag sets.
+
+Every run starts a fresh server on a unix socket (with --enable_echo), runs
+entrokv-loadgen --json against it (entrokv and echo phases interleaved, so
+echo is the same run's transport baseline), and stops the server. Servers
+alternate within each repetition, so a noisy machine spreads over all of
+them. Prints one JSON line per run, then per case and server the medians:
+
+  steps/s, p50 per step (per message with --batch), the same run's echo p50,
+  server compute p50, service overhead ((p50 - compute) / echo p50), server
+  CPU per step and outside compute (CPU less mean compute), context
+  switches per step, echo's CPU and switches per message, and cores busy
+  with compute (steps/s x compute p50).
+
+Usage (docs/performance.md):
+  bench/compare_servers.py --loadgen build/tools/loadgen/entrokv-loadgen \\
+      --server before=/tmp/old/entrokv-server \\
+      --server "after=build/server/entrokv-server --poll_threads=1" \\
+      --cases 1s,8s,b64 --reps 3
+"""
+import argparse
+import json
+import os
+import shlex
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+
+CASES = {
+    "1s": ["--sessions=1", "--rounds=3", "--steps_per_round=2000"],
+    "8s": ["--sessions=8", "--rounds=3", "--steps_per_round=1000"],
+    "b64": ["--sessions=64", "--batch=64", "--rounds=3",
+            "--steps_per_round=100"],
+}
+
+
+def run_once(loadgen, command, case_flags, extra, directory):
+    sock = os.path.join(directory, "s.sock")
+    if os.path.exists(sock):
+        os.unlink(sock)
+    server = subprocess.Popen(command + [f"--listen=unix:{sock}",
+                                         "--enable_echo", "--log_level=warn"])
+    try:
+        for _ in range(200):
+            if os.path.exists(sock) or server.poll() is not None:
+                break
+            time.sleep(0.05)
+        out = subprocess.run([loadgen, f"--target=unix:{sock}",
+                              "--prefill=1024", "--json"] + case_flags + extra,
+                             capture_output=True, text=True)
+    finally:
+        server.terminate()
+        server.wait()
+    if out.returncode != 0:
+        raise RuntimeError(f"loadgen exit {out.returncode}: {out.stderr[-400:]}")
+    report = json.loads(out.stdout)
+    e, h = report["modes"]["entrokv"], report["modes"]["echo"]
+    return dict(steps_per_s=e["steps_per_s"], p50=e["latency_us"]["p50"],
+                echo_p50=h["latency_us"]["p50"],
+                compute_p50=e["server_compute_us"]["p50"],
+                compute_mean=e["server_compute_us"]["mean"],
+                cpu=e.get("server_cpu_us_per_step"),
+                switches=e.get("context_switches_per_step"),
+                echo_cpu=h.get("server_cpu_us_per_step"),
+                echo_switches=h.get("context_switches_per_step"))
+
+
+def median(rows, key):
+    values = [r[key] for r in rows if r.get(key) is not None]
+    return statistics.median(values) if values else None
+
+
+def fmt(value, digits=1):
+    return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def main():
+    parser = argparse.ArgumentParser(
+        description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--loadgen", required=True)
+    parser.add_argument("--server", action="append", required=True,
+                        help="NAME=COMMAND (the binary and its flags)")
+    parser.add_argument("--cases", default="1s,8s,b64")
+    parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--loadgen_flag", action="append", default=[],
+                        help="extra flag for every loadgen run")
+    args = parser.parse_args()
+    servers = []
+    for spec in args.server:
+        name, _, command = spec.partition("=")
+        if not command:
+            parser.error(f"--server {spec!r}: expected NAME=COMMAND")
+        servers.append((name, shlex.split(command)))
+    cases = args.cases.split(",")
+    for case in cases:
+        if case not in CASES:
+            parser.error(f"unknown case {case!r}; known: {', '.join(CASES)}")
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="entrokv-compare-") as directory:
+        for rep in range(args.reps):
+            for case in cases:
+                for name, command in servers:
+                    row = run_once(args.loadgen, command, CASES[case],
+                                   args.loadgen_flag, directory)
+                    row.update(server=name, case=case, rep=rep)
+                    rows.append(row)
+                    print(json.dumps(row), flush=True)
+    print(f"\nmedians of {args.reps} runs")
+    print("case server steps/s p50_us echo_p50_us compute_p50_us overhead "
+          "cpu_us_per_step outside_compute_us switches_per_step "
+          "echo_cpu_us echo_switches cores_busy")
+    for case in cases:
+        for name, _ in servers:
+            rs = [r for r in rows if r["server"] == name and r["case"] == case]
+            sps, p50, echo = (median(rs, k) for k in
+                              ("steps_per_s", "p50", "echo_p50"))
+            compute, cpu = median(rs, "compute_p50"), median(rs, "cpu")
+            outside = None if cpu is None else cpu - median(rs, "compute_mean")
+            print(f"{case} {name} {sps:.0f} {p50:.1f} {echo:.1f} "
+                  f"{compute:.1f} {(p50 - compute) / echo:.2f} {fmt(cpu)} "
+                  f"{fmt(outside)} {fmt(median(rs, 'switches'), 2)} "
+                  f"{fmt(median(rs, 'echo_cpu'))} "
+                  f"{fmt(median(rs, 'echo_switches'), 2)} "
+                  f"{sps * compute / 1e6:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
