@@ -211,7 +211,10 @@ def test_offline_session_recovers_when_the_server_comes(tmp_path, caplog):
         fake.stop()
 
 
-def test_batch_sessions_recover_on_a_new_stream(fake):
+@pytest.mark.parametrize("calls", ["batch", "own"])
+def test_batch_sessions_recover_on_a_new_stream(fake, calls):
+    """Stepped by DecodeBatch.step, or by each session's own calls, which
+    the batch gathers into one message."""
     svc = fake.service
     engines = [Engine(), Engine()]
     c = entrokv.Client(fake.target, step_deadline=0.2, create_deadline=1.0)
@@ -223,8 +226,12 @@ def test_batch_sessions_recover_on_a_new_stream(fake):
     assert [x.id for x in sessions] == ["s1", "s2"]
 
     def step(slots):
-        return batch.step([BatchStep(x, [sl], key(sl), query())
-                           for x, sl in zip(sessions, slots)])
+        if calls == "batch":
+            return batch.step([BatchStep(x, [sl], key(sl), query())
+                               for x, sl in zip(sessions, slots)])
+        for x, sl in zip(sessions, slots):
+            x.step_async([sl], key(sl), query())
+        return [x.collect() for x in sessions]
 
     assert not any(o.fallback for o in step([10, 20]))
     svc.swallow.set()

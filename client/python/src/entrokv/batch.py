@@ -3,10 +3,12 @@ library's batch.h)."""
 
 from __future__ import annotations
 
+import collections
 import math
 import time
-from dataclasses import dataclass
-from typing import Any, List, Optional, Sequence, Union
+import weakref
+from dataclasses import dataclass, field
+from typing import Any, Deque, List, Optional, Sequence, Tuple, Union
 
 import grpc
 
@@ -32,19 +34,46 @@ class BatchStep:
     pinned: Any = None
 
 
+@dataclass
+class _Message:
+    """A message of the per-session calls' steps: gathered, sent, answered."""
+
+    generation: int  # The stream it was gathered for.
+    request: Any = field(default_factory=pb2.DecodeRequest)
+    # (session, its _Pending) per step in the request, in order.
+    entries: List[Tuple[Session, Any]] = field(default_factory=list)
+    # Every session that gathered a step into it (sent or decided locally).
+    members: set = field(default_factory=set)
+    deadline: float = math.inf  # The smallest step_deadline of its sessions.
+    sent: float = 0.0
+    # (response, error) once read: exactly one of them is None.
+    answer: Optional[Tuple[Any, Optional[EntroKvError]]] = None
+
+
 class DecodeBatch:
     """The steps of many sessions in one Decode message (batch.h).
 
-    Sessions created through it are attached to its stream and step only
-    through ``step()``; close(), counters() and live_slots() work as usual.
+    Sessions created through it are attached to its stream. They step either
+    through ``step()``, one call for the whole decode iteration, or with
+    their own calls (``step``, ``step_pipelined``, ``step_async``/``collect``,
+    ``flush``), which the batch gathers into one message per iteration (as
+    batch.h's "Steps of the per-session calls"). A message of gathered steps
+    is sent when every open session of the batch has gathered a step, when a
+    call needs the answer of a gathered step (``collect``, ``step``), when a
+    session gathers its next step, or when ``step()`` runs (the gathered
+    steps go first, in a message of their own). Answers are read in order;
+    an attach (a new session, a recovery) first reads the answers in flight.
+    close(), counters() and live_slots() work as usual.
+
     Each entry is validated and fails on its own; the deadline of a message
-    is the smallest step_deadline of the sessions in it. When it passes or
-    the stream breaks, every session in the message decides locally and is
-    degraded (they share the stream, which is then ended; the next message
-    goes on a new one, which recovered sessions attach to). One
-    message carries at most the server's --max_steps_per_message steps
-    (1024 by default): split larger decode batches over several batches.
-    Used by one thread at a time.
+    is the smallest step_deadline of the sessions in it, counted from its
+    send. When it passes or the stream breaks, every session in the message
+    decides locally and is degraded (they share the stream, which is then
+    ended, with every message in flight on it; the next message goes on a
+    new one, which recovered sessions attach to). One message carries at
+    most the server's --max_steps_per_message steps (1024 by default): split
+    larger decode batches over several batches. Used by one thread at a
+    time.
     """
 
     def __init__(self, client: Client) -> None:
@@ -54,9 +83,20 @@ class DecodeBatch:
         # Counts the streams that ended: a session attached to an earlier
         # one is no longer attached.
         self._generation = 0
+        # The batch's sessions (the open ones are those not closed).
+        self._sessions: "weakref.WeakSet[Session]" = weakref.WeakSet()
+        self._gathering: Optional[_Message] = None
+        self._flying: Deque[_Message] = collections.deque()
 
     def _live_stream(self) -> DecodeStream:
-        """The batch's stream; a new one when the last one ended."""
+        """The batch's stream with its answers in flight read, for an attach
+        or a step() whose answer is read next (a new stream when the last
+        one ended)."""
+        self._read_flying(None)
+        return self._current_stream()
+
+    def _current_stream(self) -> DecodeStream:
+        """The batch's stream (a new one when the last one ended)."""
         if self._ended:
             self._stream = DecodeStream(self._client._stub)
             self._ended = False
@@ -64,10 +104,130 @@ class DecodeBatch:
 
     def _end_stream(self) -> None:
         # A late response must never be read as the answer to a later
-        # message: the stream goes, and with it every attachment to it.
+        # message: the stream goes, and with it every attachment to it and
+        # every message in flight on it.
         self._stream.cancel()
         self._ended = True
         self._generation += 1
+        ended = EntroKvError(grpc.StatusCode.UNAVAILABLE,
+                             "entrokv: the DecodeBatch's stream ended")
+        while self._flying:
+            self._flying.popleft().answer = (None, ended)
+
+    # -- The per-session calls' steps ---------------------------------------
+
+    def _gather(self, session: Session, slot_ids, keys, queries, entropy,
+                logits, pinned) -> None:
+        """Session.step_async of a session of this batch: its step joins
+        the message being gathered."""
+        m = self._gathering
+        if m is not None and id(session) in m.members:
+            self._send_gathered()  # Its next step: the message goes first.
+        if not session._degraded and session._batch_generation != self._generation:
+            session._degrade(EntroKvError(grpc.StatusCode.UNAVAILABLE,
+                                          "entrokv: the DecodeBatch's stream ended"))
+        if session._degraded:
+            # A recovery attaches through _live_stream().
+            session._maybe_recover(slot_ids, keys, queries, entropy, logits,
+                                   pinned)
+        if (self._gathering is not None
+                and self._gathering.generation != self._generation):
+            self._send_gathered()  # Answered with the stream's end.
+        if self._gathering is None:
+            self._gathering = _Message(self._generation)
+        m = self._gathering
+        send = not session._degraded
+        wire = m.request.steps.add() if send else None
+        try:
+            session._prepare(slot_ids, keys, queries, entropy, logits, pinned,
+                             wire)
+        except BaseException:
+            if send:
+                del m.request.steps[-1]
+            raise
+        m.members.add(id(session))
+        if send:
+            pending = session._in_flight[-1]
+            pending.message = m
+            pending.index = len(m.entries)
+            m.entries.append((session, pending))
+            m.deadline = min(m.deadline, session._step_deadline)
+            session._counters.bytes_sent += wire.ByteSize()
+        self._send_if_complete()
+
+    def _send_if_complete(self) -> None:
+        m = self._gathering
+        if m is None:
+            return
+        if all(id(s) in m.members for s in self._sessions if not s._closed):
+            self._send_gathered()
+
+    def _send_gathered(self) -> None:
+        """Sends the message being gathered (its answer is an error when the
+        stream its sessions were attached to has ended)."""
+        m, self._gathering = self._gathering, None
+        if m is None or not m.entries:
+            return
+        if m.generation != self._generation:
+            m.answer = (None, EntroKvError(
+                grpc.StatusCode.UNAVAILABLE,
+                "entrokv: the DecodeBatch's stream ended while the step was "
+                "gathered"))
+            return
+        m.sent = time.monotonic()
+        self._current_stream().send(m.request)
+        self._flying.append(m)
+
+    def _read_flying(self, until: Optional[_Message]) -> None:
+        """Reads the answers in flight, in order: all of them, or up to
+        `until`'s."""
+        while self._flying:
+            m = self._flying[0]
+            try:
+                response = self._stream.next(m.sent + m.deadline)
+            except EntroKvError as e:
+                self._flying.popleft()
+                m.answer = (None, e)
+                self._end_stream()  # Every later message: the stream ended.
+                return
+            self._flying.popleft()
+            if len(response.results) != len(m.request.steps):
+                m.answer = (None, EntroKvError.internal(
+                    f"entrokv: a batch response with {len(response.results)} "
+                    f"results for {len(m.request.steps)} steps"))
+                self._end_stream()
+                return
+            m.answer = (response, None)
+            if m is until:
+                return
+
+    def _answer(self, m: _Message) -> Tuple[Any, Optional[EntroKvError]]:
+        """The answer to a gathered step's message, sending and reading what
+        it takes."""
+        if m is self._gathering:
+            self._send_gathered()
+        if m.answer is None:
+            self._read_flying(m)
+        if m.answer is None:  # pragma: no cover - defensive
+            return None, EntroKvError.internal("entrokv: a step was never sent")
+        return m.answer
+
+    def _forget(self, session: Session) -> None:
+        """A session of the batch closed: its gathered step leaves the
+        message, which may now be complete."""
+        m = self._gathering
+        if m is None:
+            return
+        m.members.discard(id(session))
+        kept = [(s, p) for s, p in m.entries if s is not session]
+        if len(kept) != len(m.entries):
+            request = pb2.DecodeRequest()
+            for i, (s, p) in enumerate(kept):
+                request.steps.add().CopyFrom(m.request.steps[p.index])
+                p.index = i
+            m.request = request
+            m.entries = kept
+        self._send_if_complete()
 
     def create_session(self, config: Union[SessionConfig, str, None] = None,
                        **kwargs: Any) -> Session:
@@ -75,11 +235,15 @@ class DecodeBatch:
         stream (an unreachable server gives an offline session)."""
         session = self._client.create_session(config, _batch=self, **kwargs)
         session._batch = self
+        self._sessions.add(session)
         return session
 
     def step(self, steps: Sequence[BatchStep]) -> List[Union[StepOutcome, EntroKvError]]:
         """Sends one step per entry (each session at most once) in one
-        message; returns, in order, each step's outcome or its error."""
+        message; returns, in order, each step's outcome or its error. Steps
+        the sessions' own calls gathered are sent first, in a message of
+        their own; a session with a step in flight fails its entry."""
+        self._send_gathered()
         out: List[Union[StepOutcome, EntroKvError]] = [
             EntroKvError.internal("entrokv: not stepped")] * len(steps)
         message = pb2.DecodeRequest()

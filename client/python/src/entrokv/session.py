@@ -139,6 +139,10 @@ class _Pending:
     resync: bool = False  # Also re-sent the live entries after a recovery.
     # Decided locally already (a recovery settles the steps in flight).
     decided: Optional[StepOutcome] = None
+    # A DecodeBatch session's step gathered into one of the batch's
+    # messages (batch._Message), and its index among the message's steps.
+    message: Any = None
+    index: int = -1
 
 
 class Session(SessionRecovery):
@@ -345,13 +349,14 @@ class Session(SessionRecovery):
         """Sends a step without waiting (at most two in flight)."""
         if self._closed:
             raise failed_precondition("entrokv: the session is closed")
-        if self._batch is not None:
-            raise failed_precondition(
-                "entrokv: this session belongs to a DecodeBatch; step it with "
-                "DecodeBatch.step")
         if len(self._in_flight) >= 2:
             raise failed_precondition(
                 "entrokv: two steps in flight already; Collect() first")
+        if self._batch is not None:
+            # Gathered with the batch's other sessions' steps (DecodeBatch).
+            self._batch._gather(self, slot_ids, keys, queries, entropy, logits,
+                                pinned)
+            return
         if self._degraded:
             self._maybe_recover(slot_ids, keys, queries, entropy, logits, pinned)
         request = None if self._degraded else pb2.DecodeRequest()
@@ -387,6 +392,9 @@ class Session(SessionRecovery):
             return self._fallback_local(pending)
         if self._degraded:
             return self._fallback(pending, "degraded")
+        if pending.message is not None:
+            response, error = self._batch._answer(pending.message)
+            return self._settle_answer(pending, response, error, pending.index)
         try:
             response = self._stream.next(pending.sent + self._step_deadline)
         except EntroKvError as e:
@@ -418,6 +426,8 @@ class Session(SessionRecovery):
             return
         self._closed = True
         self._in_flight.clear()
+        if self._batch is not None:
+            self._batch._forget(self)
         try:
             if self._id:
                 try:
@@ -570,7 +580,13 @@ class Session(SessionRecovery):
 
     def _settle_batched(self, response, error: Optional[EntroKvError],
                         index: int) -> StepOutcome:
-        pending = self._in_flight.popleft()
+        return self._settle_answer(self._in_flight.popleft(), response, error,
+                                   index)
+
+    def _settle_answer(self, pending: _Pending, response,
+                       error: Optional[EntroKvError], index: int) -> StepOutcome:
+        """A batch message's answer (or its error) for this session's step
+        at `index` among the message's steps."""
         if pending.decided is not None:
             return pending.decided
         if pending.local:
