@@ -18,7 +18,7 @@ void Poll(grpc::ServerCompletionQueue* queue) {
   }
 }
 
-// How long Stop() waits for the calls left by a shut-down server.
+// How often Stop() logs the calls a shut-down server still has.
 constexpr absl::Duration kStopWait = absl::Seconds(30);
 
 }  // namespace
@@ -70,21 +70,24 @@ void CallPollers::Stop() {
   if (stopped_) return;
   stopped_ = true;
   // The server's shutdown ended every call and failed every request: the
-  // pollers see those events through, and the calls delete themselves.
-  if (!threads_.empty() && !live_.StopAndWait(kStopWait)) {
-    spdlog::error("{} gRPC calls still open {} after shutdown", live_.count(),
-                  absl::FormatDuration(kStopWait));
+  // pollers see those events through, and the calls delete themselves. A
+  // call whose handler still runs (a step stuck in a backend) is waited
+  // for: shutting its queue down under it would abort the process.
+  if (!threads_.empty()) {
+    while (!live_.StopAndWait(kStopWait)) {
+      spdlog::error("{} gRPC calls still open {} after shutdown; waiting",
+                    live_.count(), absl::FormatDuration(kStopWait));
+    }
   }
   for (const auto& queue : queues_) queue->Shutdown();
   for (std::thread& thread : threads_) thread.join();
   threads_.clear();
-  // A queue that was never polled (a start that failed) is drained here.
+  // A queue never polled (a start that failed before Start()) was asked
+  // for nothing; it is drained all the same before it is destroyed.
   for (const auto& queue : queues_) {
     void* tag = nullptr;
     bool ok = false;
     while (queue->Next(&tag, &ok)) {
-      CallTag* event = static_cast<CallTag*>(tag);
-      event->call->Proceed(event->op, false);
     }
   }
 }

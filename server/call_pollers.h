@@ -58,7 +58,7 @@ class LiveCalls {
   void Leave();  // A call is deleted.
 
   // Stops new calls, then waits up to `wait` for every call to be deleted;
-  // false when some are left.
+  // false when some are left (it may be called again).
   bool StopAndWait(absl::Duration wait);
 
   int64_t count() const;
@@ -91,7 +91,8 @@ class CallPollers {
 
   // Once the gRPC server is shut down (Shutdown() returned: every call has
   // ended or been cancelled): lets the pollers finish what those calls
-  // left, then shuts the queues down and joins the threads. Idempotent.
+  // left, waiting for any handler still running (logged every 30 s), then
+  // shuts the queues down and joins the threads. Idempotent.
   void Stop();
 
   int threads() const { return static_cast<int>(queues_.size()); }

@@ -1,6 +1,6 @@
 // The Decode stream's handler (docs/design.md "How a step travels"): one per
 // stream, driving the sessions it attaches through the registry. Created by
-// EntroKvService::OpenDecode; the transport (server/call_pollers.h)
+// EntroKvService::OpenDecode; the transport (server/async_calls.h)
 // destroys it when the stream ends.
 
 #ifndef ENTROKV_SERVER_DECODE_STREAM_H_

@@ -95,9 +95,11 @@ class HealthWatch final : public AsyncCall {
         {
           absl::MutexLock lock(&mu_);
           writing_ = false;
-          if (!ok) {
+          if (!ok || done_) {
+            // The client is gone (its cancellation may come back before
+            // the write does, which then finishes the call here).
             finish = true;
-            status = grpc::Status(grpc::StatusCode::CANCELLED, "watch broken");
+            status = grpc::Status(grpc::StatusCode::CANCELLED, "watch ended");
           } else if (pending_.has_value()) {
             const HealthCheckResponse::ServingStatus next = *pending_;
             pending_.reset();

@@ -166,8 +166,8 @@ int main(int argc, char** argv) {
        }});
 
   // Debian's Abseil is built with the Mutex deadlock detector on, which
-  // keeps a lock graph on every lock and unlock (about 3% of a single
-  // stream's server CPU, docs/performance.md). The tests keep it on.
+  // keeps a lock graph on every lock and unlock (1.6% of a single stream's
+  // server CPU, docs/performance.md). The tests keep it on.
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
 
   if (absl::Status status = entrokv::InitLogging(); !status.ok()) {

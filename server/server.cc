@@ -407,8 +407,14 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   server->grpc_metrics_ = std::make_unique<GrpcServerMetrics>(
       GrpcServerMetrics::MethodsOf(services));
 
-  // Health is served by our own HealthService, on our own pollers.
+  // Health is served by our own HealthService, on our own pollers: SERVING
+  // from the first call it can answer (a start that fails serves none).
   grpc::EnableDefaultHealthCheckService(false);
+  for (HealthService* health :
+       {&server->health_, &server->health_port_health_}) {
+    health->SetServing("", true);
+    health->SetServing(kServiceName, true);
+  }
   grpc::ServerBuilder builder;
   {
     std::vector<
@@ -518,11 +524,6 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
     }
     server->health_pollers_->Start();
     server->health_target_ = TcpTarget(options.health_listen, health_port);
-  }
-  for (HealthService* health :
-       {&server->health_, &server->health_port_health_}) {
-    health->SetServing("", true);
-    health->SetServing(kServiceName, true);
   }
   server->reaper_ = std::thread([s = server.get()] { s->ReapLoop(); });
 

@@ -1,5 +1,5 @@
 // What a Decode or Echo stream does with its messages, apart from the
-// transport that carries them (server/call_pollers.h): the transport reads
+// transport that carries them (server/async_calls.h): the transport reads
 // a message, hands it to OnMessage(), writes the reply it made, and reads the
 // next only once that write is done, so a handler's calls never overlap.
 

@@ -47,13 +47,26 @@ std::string UniqueSocketPath(const std::string& tag) {
   return absl::StrCat("/tmp/entrokv-test-", getpid(), "-", tag, ".sock");
 }
 
-class ConcurrencyTest : public ServerTest {};
+class ConcurrencyTest : public ServerTest {
+ protected:
+  void SixtyFourSessions(int poll_threads);
+};
 
 // 64 sessions, each on its own stream and thread, every one with its own
 // policy and stream (overlapping slot ids included); every answer must equal
 // that session's in-process reference.
 TEST_F(ConcurrencyTest, SixtyFourSessionsWithoutCrossTalk) {
+  SixtyFourSessions(1);
+}
+
+// The same with the streams spread over three poller threads.
+TEST_F(ConcurrencyTest, SixtyFourSessionsOnThreePollers) {
+  SixtyFourSessions(3);
+}
+
+void ConcurrencyTest::SixtyFourSessions(int poll_threads) {
   ServerOptions options = TestServerOptions();
+  options.poll_threads = poll_threads;
   const std::string socket = UniqueSocketPath("concurrency");
   options.listen = {absl::StrCat("unix:", socket)};
   StartServer(options);

@@ -143,6 +143,20 @@ TEST_F(HealthServiceTest, ADrainEndsTheApiPortsWatchesAfterNotServing) {
   EXPECT_LT(absl::Now() - start, absl::Seconds(10));
 }
 
+// Watches that their clients cancel end on the server: the shutdown that
+// follows waits for no call (it would wait for a watch left behind).
+TEST_F(HealthServiceTest, WatchesTheirClientsCancelEnd) {
+  StartServer();
+  auto health = Stub(server_->targets()[0]);
+  for (int i = 0; i < 20; ++i) {
+    Watch watch(health.get(), i % 2 == 0 ? "" : "no.such.Service");
+    ASSERT_GE(watch.Next(), 0);
+  }  // Each cancelled as it goes.
+  const absl::Time start = absl::Now();
+  server_->Shutdown(absl::Seconds(20));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10));
+}
+
 // The health port keeps answering through a drain: a watcher there sees
 // NOT_SERVING and stays until the drain is over; a Check says NOT_SERVING.
 TEST_F(HealthServiceTest, TheHealthPortsWatchSeesNotServingThroughTheDrain) {
