@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "cpu_kernels.h"
+#include "cpu_kernels_simd.h"
 #include "entrokv/core/element_type.h"
 #include "gtest/gtest.h"
 
@@ -87,8 +88,18 @@ float ReduceTree(const float lane[16]) {
   return (t6[0] + t6[2]) + (t6[1] + t6[3]);
 }
 
-// The AVX-512 order, written out in scalar code.
-std::vector<double> AvxOrder(const Case& c, const Inputs& in) {
+// The AVX2 kernel's horizontal sum of 8 lanes, as cpu_kernels_avx2.cc
+// states it: s[i] = lane i + lane i+4, then (s0 + s2) + (s1 + s3).
+float ReduceTree8(const float lane[8]) {
+  float s[4];
+  for (int i = 0; i < 4; ++i) s[i] = lane[i] + lane[i + 4];
+  return (s[0] + s[2]) + (s[1] + s[3]);
+}
+
+// The AVX-512 order (16 lanes) or the AVX2 one (8), written out in scalar
+// code.
+std::vector<double> AvxOrder(const Case& c, const Inputs& in,
+                             int width = 16) {
   std::vector<double> sum = in.sum;
   const size_t esize = ElementSize(c.type);
   std::vector<float> key(c.head_dim);
@@ -103,9 +114,9 @@ std::vector<double> AvxOrder(const Case& c, const Inputs& in) {
             c.head_dim, key.data());
         float lane[16] = {};
         for (int32_t j = 0; j < c.head_dim; ++j) {
-          lane[j % 16] = std::fma(q[j], key[j], lane[j % 16]);
+          lane[j % width] = std::fma(q[j], key[j], lane[j % width]);
         }
-        sum[p] += double(ReduceTree(lane));
+        sum[p] += double(width == 16 ? ReduceTree(lane) : ReduceTree8(lane));
       }
     }
   }
@@ -188,6 +199,37 @@ TEST(SumKernelTest, WithAvx512EverySumIsTheStatedOrderBitForBit) {
     const Inputs in = MakeInputs(c, seed++);
     const std::vector<double> got = RunKernel(c, in);
     const std::vector<double> want = AvxOrder(c, in);
+    for (int64_t p = 0; p < c.live; ++p) {
+      ASSERT_EQ(std::memcmp(&got[p], &want[p], sizeof(double)), 0)
+          << Describe(c) << " position " << p << ": " << got[p] << " vs "
+          << want[p];
+    }
+  }
+}
+
+bool HaveAvx2() {
+#if defined(__x86_64__)
+  return __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma") &&
+         __builtin_cpu_supports("f16c");
+#else
+  return false;
+#endif
+}
+
+// The AVX2 kernel, called directly (a CPU with AVX-512 dispatches to that
+// one): blocks of 8 keys reduced together, then pairs and one alone.
+TEST(SumKernelTest, WithAvx2EverySumIsTheStatedOrderBitForBit) {
+  if (!HaveAvx2()) GTEST_SKIP() << "no AVX2";
+  uint32_t seed = 1000;
+  std::vector<Case> cases = Cases();
+  cases.push_back({ElementType::kF16, 2, 3, 64, 8});  // One block alone.
+  for (const Case& c : cases) {
+    const Inputs in = MakeInputs(c, seed++);
+    std::vector<double> got = in.sum;
+    internal::ScoreArgs args = Args(c, in, 1, in.queries.data());
+    args.sum = got.data();
+    internal::SumKeysAvx2(args);
+    const std::vector<double> want = AvxOrder(c, in, 8);
     for (int64_t p = 0; p < c.live; ++p) {
       ASSERT_EQ(std::memcmp(&got[p], &want[p], sizeof(double)), 0)
           << Describe(c) << " position " << p << ": " << got[p] << " vs "
