@@ -26,8 +26,6 @@
 #include "entrokv/core/session.h"
 #include "entrokv/core/shadow.h"
 #include "entrokv/core/sketch.h"
-#include "cpu_kernels.h"
-#include "cpu_kernels_simd.h"
 #include "sketch_project.h"
 
 namespace entrokv::bench {
@@ -187,58 +185,6 @@ void BM_StreamRead(benchmark::State& state) {
 }
 BENCHMARK(BM_StreamRead)
     ->Arg(256)
-    ->Unit(benchmark::kMillisecond)
-    ->UseRealTime();
-#endif  // __x86_64__
-
-#if defined(__x86_64__)
-// The summed-query kernel (the mean logit of `entropy`, `tova`'s sum form)
-// by each vector version this CPU runs, called directly: 1 AVX2, 2 AVX-512
-// (bit-identical sums per version, tests/core/sum_kernel_test.cc). f16 keys
-// of the default shape (4 layers x 8 kv heads x d 128), second argument the
-// live entries. Compare with BM_StreamRead of the same run.
-void BM_SumKeysByIsa(benchmark::State& state) {
-  const int64_t isa = state.range(0), live = state.range(1);
-  if ((isa == 1 && !__builtin_cpu_supports("avx2")) ||
-      (isa == 2 && !__builtin_cpu_supports("avx512f"))) {
-    state.SkipWithError("not on this CPU");
-    return;
-  }
-  constexpr int32_t kLayers = 4, kKvHeads = 8, kD = 128;
-  const size_t elements = size_t(kLayers) * kKvHeads * live * kD;
-  std::vector<std::byte> keys(elements * 2);
-  {
-    std::mt19937 rng(3);
-    std::normal_distribution<float> normal;
-    std::vector<float> values(elements);
-    for (float& x : values) x = normal(rng);
-    EncodeElements(ElementType::kF16, values.data(), elements, keys.data());
-  }
-  std::vector<float> queries(size_t(kLayers) * kKvHeads * kD, 0.01f);
-  std::vector<double> sum(live);
-  internal::ScoreArgs args;
-  args.type = ElementType::kF16;
-  args.keys = keys.data();
-  args.capacity = live;
-  args.layers = kLayers;
-  args.kv_heads = kKvHeads;
-  args.group = 1;
-  args.head_dim = kD;
-  args.live = live;
-  args.queries = queries.data();
-  args.sum = sum.data();
-  for (auto _ : state) {
-    (isa == 1 ? internal::SumKeysAvx2 : internal::SumKeysAvx512)(args);
-    benchmark::DoNotOptimize(sum.data());
-    benchmark::ClobberMemory();
-  }
-  state.SetBytesProcessed(int64_t(keys.size()) * state.iterations());
-}
-BENCHMARK(BM_SumKeysByIsa)
-    ->Args({1, 8192})
-    ->Args({2, 8192})
-    ->Args({1, 32768})
-    ->Args({2, 32768})
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 #endif  // __x86_64__

@@ -21,6 +21,7 @@ struct Avx2 {
   using Vec = __m256;
   static constexpr int32_t kWidth = 8;
   static constexpr int64_t kPrefetchBytes = 0;
+  static constexpr int32_t kReduceBlock = 0;
 
   [[gnu::always_inline]] static Vec Zero() { return _mm256_setzero_ps(); }
   [[gnu::always_inline]] static Vec LoadQuery(const float* p) {
@@ -58,47 +59,6 @@ struct Avx2 {
   }
   [[gnu::always_inline]] static void Prefetch(const std::byte* p) {
     _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
-  }
-
-  // ReduceAdd of 8 vectors at once (ReduceAddBlock): lane k of the result
-  // is bit for bit ReduceAdd(acc[k]). ReduceAdd sums a vector's lanes as
-  // s[i] = (i + i+4) for i < 4, then (s0 + s2) + (s1 + s3); this does the
-  // same additions, 8 vectors' worth per instruction (float addition is
-  // commutative, so only which values are added matters). Level 1 pairs
-  // vector k with k + 4 so that the last level lands vector k in lane k.
-  static constexpr int32_t kReduceBlock = 8;
-  [[gnu::always_inline]] static Vec ReduceAddBlock(const Vec* acc) {
-    // Level 1: x[j]'s 128-bit half 0 holds vector j's s, half 1 vector
-    // j + 4's.
-    Vec x[4];
-#pragma GCC unroll 4
-    for (int j = 0; j < 4; ++j) {
-      const Vec a = acc[j], b = acc[j + 4];
-      x[j] = _mm256_add_ps(_mm256_permute2f128_ps(a, b, 0x20),   // a.lo b.lo
-                           _mm256_permute2f128_ps(a, b, 0x31));  // a.hi b.hi
-    }
-    // Level 2: (s0 + s2) and (s1 + s3) of two vectors per half.
-    Vec y[2];
-#pragma GCC unroll 2
-    for (int m = 0; m < 2; ++m) {
-      const Vec a = x[2 * m], b = x[2 * m + 1];
-      y[m] = _mm256_add_ps(_mm256_shuffle_ps(a, b, 0x44),   // a0 a1 b0 b1
-                           _mm256_shuffle_ps(a, b, 0xEE));  // a2 a3 b2 b3
-    }
-    // Level 3: the two of each vector. Lanes: 0 1 2 3 | 4 5 6 7.
-    return _mm256_add_ps(_mm256_shuffle_ps(y[0], y[1], 0x88),   // even
-                         _mm256_shuffle_ps(y[0], y[1], 0xDD));  // odd
-  }
-  [[gnu::always_inline]] static void Store(float* p, Vec v) {
-    _mm256_storeu_ps(p, v);
-  }
-  // sum[k] += lane k, in double, for k < 8 (as sum[k] += ReduceAdd would).
-  [[gnu::always_inline]] static void AddToSums(double* sum, Vec v) {
-    _mm256_storeu_pd(sum, _mm256_add_pd(_mm256_loadu_pd(sum),
-                                        _mm256_cvtps_pd(_mm256_castps256_ps128(v))));
-    _mm256_storeu_pd(sum + 4,
-                     _mm256_add_pd(_mm256_loadu_pd(sum + 4),
-                                   _mm256_cvtps_pd(_mm256_extractf128_ps(v, 1))));
   }
 };
 

@@ -62,7 +62,7 @@ struct Avx512 {
     _mm_prefetch(reinterpret_cast<const char*>(p), _MM_HINT_T0);
   }
 
-  // ReduceAdd of 16 vectors at once (ReduceAddBlock): lane k of the result is bit for bit
+  // ReduceAdd of 16 vectors at once: lane k of the result is bit for bit
   // ReduceAdd(acc[k]). GCC's _mm512_reduce_add_ps sums a vector in the
   // tree (i + i+8) for i < 8, then (i + i+4) for i < 4, then (0 + 2) and
   // (1 + 3), then the two; this does the same additions, 16 vectors' worth
@@ -72,7 +72,7 @@ struct Avx512 {
   // is read in the 4 x 4 transposed order so that the last level lands key
   // k in lane k.
   static constexpr int32_t kReduceBlock = 16;
-  [[gnu::always_inline]] static Vec ReduceAddBlock(const Vec* acc) {
+  [[gnu::always_inline]] static Vec ReduceAdd16(const Vec* acc) {
     // Level 1: x[j] holds (i + i+8) of vectors a and b in lanes 0-7 and
     // 8-15, for the pairs in `order`.
     constexpr int kOrder[16] = {0, 4, 8, 12, 1, 5, 9, 13,

@@ -16,14 +16,11 @@
 //   Add(a, b)                a + b per lane;
 //   ReduceAdd(v)             the sum of the lanes, as a float;
 //   Prefetch(p)              a hint to bring p's cache line into L1;
-//   kReduceBlock             B > 0 when the ISA also provides, for B keys
-//                            at once, ReduceAddBlock(acc) (acc: B vectors;
-//                            lane k of the result: bit for bit
-//                            ReduceAdd(acc[k])), AddToSums(sum, v)
-//                            (sum[k] += lane k in double, k < B) and
-//                            Store(p, v) (kWidth floats, unaligned); 0
-//                            otherwise. B is kWidth: 16 for AVX-512, 8 for
-//                            AVX2.
+//   kReduceBlock             16 when the ISA also provides, for 16 keys at
+//                            once, ReduceAdd16(acc) (lane k: bit for bit
+//                            ReduceAdd(acc[k])) and AddToSums(sum, v)
+//                            (sum[k] += lane k in double) and Store(p, v)
+//                            (16 floats, unaligned); 0 otherwise.
 // Each lane accumulates its products by FMA in the order j, j + kWidth, ...;
 // the lanes are then summed by the ISA's ReduceAdd. A key's results therefore
 // depend only on the ISA, never on its position or on the other keys.
@@ -63,7 +60,7 @@ void AccumulateSoftmaxAvx512(float* z, int64_t rows, int64_t n, double weight,
 namespace simd {
 
 // ScoreKeys' z for one (layer, kv head) plane, four keys at a time: four
-// keys by four query heads make the 16 accumulators ReduceAddBlock reduces
+// keys by four query heads make the 16 accumulators ReduceAdd16 reduces
 // together, each the same products in the same order as one key at a time.
 // Returns the first position it left (live rounded down to 4).
 // REQUIRES: Isa::kReduceBlock == 16, group % 4 == 0.
@@ -105,7 +102,7 @@ int64_t ScoreFourKeysAtATime(const ScoreArgs& a, const std::byte* base,
       }
       // Lanes 4 g .. 4 g + 3: head g0 + g's z of keys p .. p + 3.
       float lanes[16];
-      Isa::Store(lanes, Isa::ReduceAddBlock(acc));
+      Isa::Store(lanes, Isa::ReduceAdd16(acc));
       for (int g = 0; g < 4; ++g) {
         std::memcpy(z + int64_t{g0 + g} * a.z_stride + p, lanes + 4 * g,
                     4 * sizeof(float));
@@ -192,33 +189,32 @@ void SumKeys(const ScoreArgs& a) {
       const std::byte* base = a.keys + plane * a.capacity * row;
       const float* q = a.queries + plane * d;
       int64_t p = 0;
-      if constexpr (Isa::kReduceBlock > 0) {
-        // kB keys at a time, their sums reduced together (ReduceAddBlock);
+      if constexpr (Isa::kReduceBlock == 16) {
+        // 16 keys at a time, their sums reduced together (ReduceAdd16);
         // the same products in the same order as one key at a time below.
-        constexpr int kB = Isa::kReduceBlock;
-        for (; p + kB - 1 < a.live; p += kB) {
+        for (; p + 15 < a.live; p += 16) {
           const std::byte* k0 = base + p * row;
           if constexpr (Isa::kPrefetchBytes > 0) {
-            const int64_t ahead = Isa::kPrefetchBytes > kB * row
+            const int64_t ahead = Isa::kPrefetchBytes > 16 * row
                                       ? Isa::kPrefetchBytes
-                                      : kB * row;
-            for (int64_t c = 0; c < kB * row; c += 64) {
+                                      : 16 * row;
+            for (int64_t c = 0; c < 16 * row; c += 64) {
               Isa::Prefetch(k0 + ahead + c);
             }
           }
           // Unrolled, so that the accumulators stay in registers.
-          Vec acc[kB];
+          Vec acc[16];
 #pragma GCC unroll 16
-          for (int k = 0; k < kB; ++k) acc[k] = Isa::Zero();
+          for (int k = 0; k < 16; ++k) acc[k] = Isa::Zero();
           for (int32_t j = 0; j < d; j += Isa::kWidth) {
             const Vec qj = Isa::LoadQuery(q + j);
 #pragma GCC unroll 16
-            for (int k = 0; k < kB; ++k) {
+            for (int k = 0; k < 16; ++k) {
               acc[k] = Isa::Fmadd(
                   qj, Isa::LoadKey(kType, k0 + k * row + j * esize), acc[k]);
             }
           }
-          Isa::AddToSums(a.sum + p, Isa::ReduceAddBlock(acc));
+          Isa::AddToSums(a.sum + p, Isa::ReduceAdd16(acc));
         }
       }
       for (; p + 1 < a.live; p += 2) {
