@@ -123,37 +123,28 @@ class DecodeBatch:
         m = self._gathering
         if m is not None and id(session) in m.members:
             self._send_gathered()  # Its next step: the message goes first.
-        if not session._degraded and session._batch_generation != self._generation:
-            session._degrade(EntroKvError(grpc.StatusCode.UNAVAILABLE,
-                                          "entrokv: the DecodeBatch's stream ended"))
-        if session._degraded:
-            # A recovery attaches through _live_stream().
-            session._maybe_recover(slot_ids, keys, queries, entropy, logits,
-                                   pinned)
-        if (self._gathering is not None
-                and self._gathering.generation != self._generation):
-            self._send_gathered()  # Answered with the stream's end.
-        if self._gathering is None:
-            self._gathering = _Message(self._generation)
-        m = self._gathering
-        send = not session._degraded
-        wire = m.request.steps.add() if send else None
-        try:
-            session._prepare(slot_ids, keys, queries, entropy, logits, pinned,
-                             wire)
-        except BaseException:
-            if send:
-                del m.request.steps[-1]
-            raise
+        wire = session._prepare_for_batch(
+            slot_ids, keys, queries, entropy, logits, pinned,
+            lambda: self._gathering_message().request.steps)
+        m = self._gathering_message()
         m.members.add(id(session))
-        if send:
+        if wire is not None:
             pending = session._in_flight[-1]
             pending.message = m
             pending.index = len(m.entries)
             m.entries.append((session, pending))
             m.deadline = min(m.deadline, session._step_deadline)
-            session._counters.bytes_sent += wire.ByteSize()
         self._send_if_complete()
+
+    def _gathering_message(self) -> _Message:
+        """The message being gathered for the stream now (one gathered for a
+        stream that has ended is sent first: answered with that end)."""
+        if (self._gathering is not None
+                and self._gathering.generation != self._generation):
+            self._send_gathered()
+        if self._gathering is None:
+            self._gathering = _Message(self._generation)
+        return self._gathering
 
     def _send_if_complete(self) -> None:
         m = self._gathering
@@ -261,17 +252,13 @@ class DecodeBatch:
                 out[i] = invalid(f"steps[{i}].session: appears twice in the batch")
                 continue
             seen.add(id(session))
-            wire = message.steps.add()
             try:
-                sent = session._prepare_batched(st, wire)
+                wire = session._prepare_batched(st, lambda: message.steps)
             except EntroKvError as e:
-                del message.steps[-1]
                 out[i] = e
                 continue
-            if not sent:
-                del message.steps[-1]
             prepared[i] = True
-            if sent:
+            if wire is not None:
                 index[i] = len(message.steps) - 1
                 deadline = min(deadline, session._step_deadline)
         response, error = None, None

@@ -554,29 +554,45 @@ class Session(SessionRecovery):
             self._resync = None
         self._next_step += 1
 
-    def _prepare_batched(self, step: "BatchStep", out) -> bool:
-        """Validates and records a batch entry; fills `out` unless degraded.
-        Returns whether it was sent. Raises on the entry's own error."""
+    def _prepare_batched(self, step: "BatchStep", steps_of) -> Optional[Any]:
+        """A DecodeBatch.step entry: _prepare_for_batch once the session may
+        step (not closed, nothing in flight)."""
         if self._closed:
             raise failed_precondition("entrokv: the session is closed")
         if self._in_flight:
             raise failed_precondition(
                 "entrokv: a step of this session is already in flight")
+        return self._prepare_for_batch(step.slot_ids, step.keys, step.queries,
+                                       step.entropy, step.logits, step.pinned,
+                                       steps_of)
+
+    def _prepare_for_batch(self, slot_ids, keys, queries, entropy, logits,
+                           pinned, steps_of) -> Optional[Any]:
+        """Validates and records a step of a DecodeBatch session. A session
+        whose batch stream ended under another session's step degrades (its
+        server state may be ahead of the engine's); a degraded one tries to
+        recover. Unless it then decides locally, the step fills a new entry
+        of steps_of() (the repeated steps of the message it joins, asked for
+        after the recovery). Returns that entry, or None when local. Raises
+        on the step's own error, with its entry removed again."""
         batch = self._batch
         if not self._degraded and self._batch_generation != batch._generation:
-            # The batch's stream ended under another session's step: this
-            # session's server state may be ahead of the engine's.
             self._degrade(EntroKvError(grpc.StatusCode.UNAVAILABLE,
                                        "entrokv: the DecodeBatch's stream ended"))
         if self._degraded:
-            self._maybe_recover(step.slot_ids, step.keys, step.queries,
-                                step.entropy, step.logits, step.pinned)
-        send = not self._degraded
-        self._prepare(step.slot_ids, step.keys, step.queries, step.entropy,
-                      step.logits, step.pinned, out if send else None)
-        if send:
-            self._counters.bytes_sent += out.ByteSize()
-        return send
+            self._maybe_recover(slot_ids, keys, queries, entropy, logits, pinned)
+        if self._degraded:
+            self._prepare(slot_ids, keys, queries, entropy, logits, pinned, None)
+            return None
+        steps = steps_of()
+        wire = steps.add()
+        try:
+            self._prepare(slot_ids, keys, queries, entropy, logits, pinned, wire)
+        except BaseException:
+            del steps[-1]
+            raise
+        self._counters.bytes_sent += wire.ByteSize()
+        return wire
 
     def _settle_batched(self, response, error: Optional[EntroKvError],
                         index: int) -> StepOutcome:
