@@ -17,6 +17,7 @@
 #include "absl/time/time.h"
 #include "entrokv/core/session.h"
 #include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/repeated_field.h"
 #include "google/protobuf/wire_format_lite.h"
 #include "grpcpp/impl/codegen/proto_utils.h"
 #include "grpcpp/support/proto_buffer_reader.h"
@@ -263,17 +264,9 @@ class DecodeStream final : public StreamHandler {
     }
     ReleaseClosed();
     response_.Clear();
-    for (int i = 0; i < request_.attach_size(); ++i) {
-      v1::AttachResult* result = response_.add_attach_results();
-      result->set_session_id(request_.attach(i));
-      const absl::Status status = Attach(request_.attach(i));
-      if (!status.ok()) {
-        const absl::Status named =
-            PrefixMessage(absl::StrCat("attach[", i, "]."), status);
-        metrics_->Rejected(kDecode, named);
-        ToProtoStatus(named, result->mutable_status());
-      }
-    }
+    AnswerEach(request_.attach(), "attach",
+               response_.mutable_attach_results(),
+               [this](const std::string& id) { return Attach(id); });
     SortStepsBySession();
     const int steps = request_.steps_size();
     outcomes_.assign(static_cast<size_t>(steps), StepOutcome{});
@@ -317,17 +310,9 @@ class DecodeStream final : public StreamHandler {
                       step.session_id(), result->status().message());
       }
     }
-    for (int i = 0; i < request_.detach_size(); ++i) {
-      v1::AttachResult* result = response_.add_detach_results();
-      result->set_session_id(request_.detach(i));
-      const absl::Status status = Detach(request_.detach(i));
-      if (!status.ok()) {
-        const absl::Status named =
-            PrefixMessage(absl::StrCat("detach[", i, "]."), status);
-        metrics_->Rejected(kDecode, named);
-        ToProtoStatus(named, result->mutable_status());
-      }
-    }
+    AnswerEach(request_.detach(), "detach",
+               response_.mutable_detach_results(),
+               [this](const std::string& id) { return Detach(id); });
     // Hold no session past its message: one detached or closed here must be
     // freed when the stream lets go of it, not at its next message.
     groups_.clear();
@@ -413,6 +398,28 @@ class DecodeStream final : public StreamHandler {
     }
     return absl::NotFoundError(
         absl::StrCat("session_id: no open session ", id));
+  }
+
+  // Applies `apply` to each session id of a request's attach (detach)
+  // list, answering each in a result of its own; a failure is named
+  // "<list>[i]." and counted.
+  template <typename Apply>
+  void AnswerEach(
+      const google::protobuf::RepeatedPtrField<std::string>& ids,
+      absl::string_view list,
+      google::protobuf::RepeatedPtrField<v1::AttachResult>* results,
+      Apply apply) {
+    for (int i = 0; i < ids.size(); ++i) {
+      v1::AttachResult* result = results->Add();
+      result->set_session_id(ids[i]);
+      const absl::Status status = apply(ids[i]);
+      if (!status.ok()) {
+        const absl::Status named =
+            PrefixMessage(absl::StrCat(list, "[", i, "]."), status);
+        metrics_->Rejected(kDecode, named);
+        ToProtoStatus(named, result->mutable_status());
+      }
+    }
   }
 
   absl::Status Attach(const std::string& id) {
