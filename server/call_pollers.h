@@ -95,7 +95,6 @@ class CallPollers {
   // shuts the queues down and joins the threads. Idempotent.
   void Stop();
 
-  int threads() const { return static_cast<int>(queues_.size()); }
 
  private:
   const RequestCalls request_calls_;

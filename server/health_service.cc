@@ -207,9 +207,9 @@ HealthService::HealthService() {
                           grpc::ServerCompletionQueue* queue, void* tag) {
     RequestCheck(context, request, responder, queue, queue, tag);
   };
-  check_.serve = [this](const std::string& peer, grpc::ByteBuffer* request,
-                        grpc::ByteBuffer* response) {
-    return Check(peer, request, response);
+  check_.serve = [this](const std::string& /*peer*/,
+                        grpc::ByteBuffer* request, grpc::ByteBuffer* response) {
+    return Check(request, response);
   };
 }
 
@@ -241,10 +241,8 @@ void HealthService::EndWatches() {
   watches_.clear();  // Each ends by itself now.
 }
 
-grpc::Status HealthService::Check(const std::string& peer,
-                                  grpc::ByteBuffer* request_bytes,
+grpc::Status HealthService::Check(grpc::ByteBuffer* request_bytes,
                                   grpc::ByteBuffer* response) {
-  (void)peer;
   HealthCheckRequest request;
   if (absl::Status status = ParseMessage(request_bytes, &request);
       !status.ok()) {

@@ -50,13 +50,12 @@ class HealthService final
   // Ends the Watch calls (see above).
   void EndWatches();
 
-  // What Check answers (also for tests): the serialized
-  // HealthCheckResponse, or the call's error.
-  grpc::Status Check(const std::string& peer, grpc::ByteBuffer* request,
-                     grpc::ByteBuffer* response);
-
  private:
   friend class HealthWatch;
+
+  // What Check answers: the serialized HealthCheckResponse, or the call's
+  // error.
+  grpc::Status Check(grpc::ByteBuffer* request, grpc::ByteBuffer* response);
 
   // `service`'s status; SERVICE_UNKNOWN for a name never set.
   grpc::health::v1::HealthCheckResponse::ServingStatus StatusOf(
