@@ -5,6 +5,7 @@
 
 #include <benchmark/benchmark.h>
 
+#include <cmath>
 #include <cstddef>
 #include <cstdint>
 #include <iterator>
@@ -21,6 +22,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "bench_core.h"
+#include "cpu_kernels.h"
 #include "entrokv/core/config.h"
 #include "entrokv/core/element_type.h"
 #include "entrokv/core/session.h"
@@ -345,6 +347,51 @@ void BM_SketchQueries(benchmark::State& state) {
   state.counters["queries_per_iter"] = 1.0;
 }
 BENCHMARK(BM_SketchQueries)->UseRealTime();
+
+// A decision step's queries on the CPU backend at the exact 8B shape (32
+// layers x 32 q heads x 128 in f16, 256 KB as sent): decoded, scaled and
+// summed per GQA group as the scoring kernels read them. Arg 0: the three
+// passes the backend made before (decode, scale in place, group sums);
+// Arg 1: internal::PrepareQueries, one pass; both write the sums only, as
+// an affinity (entropy) step does.
+void BM_QueryPrep(benchmark::State& state) {
+  constexpr int64_t kPlanes = int64_t{kModelLayers} * kKvHeads;
+  constexpr int32_t kGroup = kQHeads / kKvHeads;
+  constexpr int64_t kElements = kPlanes * kGroup * kHeadDim;
+  std::mt19937 rng(19);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(kElements);
+  for (float& x : values) x = normal(rng);
+  std::vector<std::byte> sent(kElements * 2);
+  EncodeElements(ElementType::kF16, values.data(), kElements, sent.data());
+  const float scale = 1.0f / std::sqrt(float(kHeadDim));
+  std::vector<float> decoded(kElements), summed(kPlanes * kHeadDim);
+  const bool fused = state.range(0) == 1;
+  for (auto _ : state) {
+    if (fused) {
+      internal::PrepareQueries(ElementType::kF16, sent.data(), kPlanes,
+                               kGroup, kHeadDim, scale, nullptr,
+                               summed.data());
+    } else {
+      DecodeElements(ElementType::kF16, sent.data(), kElements,
+                     decoded.data());
+      for (float& q : decoded) q *= scale;
+      summed.assign(summed.size(), 0.0f);
+      for (int64_t lk = 0; lk < kPlanes; ++lk) {
+        for (int32_t g = 0; g < kGroup; ++g) {
+          const float* q = decoded.data() + (lk * kGroup + g) * kHeadDim;
+          for (int64_t j = 0; j < kHeadDim; ++j) {
+            summed[lk * kHeadDim + j] += q[j];
+          }
+        }
+      }
+    }
+    benchmark::DoNotOptimize(summed.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(sent.size()) * state.iterations());
+}
+BENCHMARK(BM_QueryPrep)->Arg(0)->Arg(1)->UseRealTime();
 
 // ---------------------------------------------------------------------------
 // Shadow policies (issue #20 item 5): what a ShadowSet adds to each step of

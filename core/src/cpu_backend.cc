@@ -91,13 +91,13 @@ class CpuSession final : public SessionState {
   // Grows key storage to hold `needed` entries; false when the allocation
   // fails (nothing changes then).
   bool Reserve(int64_t needed);
-  // Appends the step's `n` validated entries.
   // Appends the step's `n` validated entries, their affinity state set to
   // `state_init`.
   void Append(const StepInput& input, int64_t n, double state_init);
-  // Scales `queries` in place by 1/sqrt(head_dim) and scores every live
-  // entry with them.
-  void Score(std::vector<float>* queries, bool need_mean, bool need_attention);
+  // Scores every live entry with the step's queries as sent (`raw`, checked),
+  // decoded and scaled by 1/sqrt(head_dim) in the same pass that sums them
+  // per GQA group.
+  void Score(const std::byte* raw, bool need_mean, bool need_attention);
   // The expected ranking's e_i (section 3) from its query statistics.
   void ScoreExpected();
   // The scoring kernel's arguments for every live entry, with `queries`
@@ -165,7 +165,8 @@ class CpuSession final : public SessionState {
 
   // Scratch reused across steps.
   DecodedStep decoded_;
-  std::vector<float> summed_queries_;
+  std::vector<float> scaled_queries_;  // Per q head, for z (attention).
+  std::vector<float> summed_queries_;  // Per kv head, for s_i.
   std::vector<float> z_;
   std::vector<double> mean_logit_;
   std::vector<double> attention_;
@@ -243,37 +244,33 @@ void CpuSession::Append(const StepInput& input, int64_t n,
   }
 }
 
-void CpuSession::Score(std::vector<float>* queries, bool need_mean,
+void CpuSession::Score(const std::byte* raw, bool need_mean,
                        bool need_attention) {
   const Shape& s = config_.shape;
   const int64_t n = held();
   // s_i and a_i average over every (layer, q head), whatever the query form.
   const int64_t rows = int64_t{s.layers} * s.q_heads;
   const float scale = 1.0f / std::sqrt(static_cast<float>(s.head_dim));
-  for (float& q : *queries) q *= scale;
   const double inv_rows = 1.0 / static_cast<double>(rows);
-  ScoreArgs args = KeyScoreArgs(queries->data(), nullptr);
+  // s_i needs only Σ_g q_g·k = (Σ_g q_g)·k over each GQA group: one dot
+  // product per key and kv head instead of one per q head, and no z.
+  // A kGroupSum query is that sum already (as sent, then scaled).
+  const int32_t group =
+      s.query_form == QueryForm::kGroupSum ? 1 : s.group_size();
+  const int64_t d = s.vector_dim();
+  const int64_t planes = int64_t{s.layers} * s.kv_heads;
+  scaled_queries_.resize(
+      need_attention ? static_cast<size_t>(planes * group * d) : 0);
+  summed_queries_.resize(need_mean ? static_cast<size_t>(planes * d) : 0);
+  PrepareQueries(s.element_type, raw, planes, group, d, scale,
+                 need_attention ? scaled_queries_.data() : nullptr,
+                 need_mean ? summed_queries_.data() : nullptr);
+  counters_.bytes_copied += static_cast<int64_t>(
+      (scaled_queries_.size() + summed_queries_.size()) * sizeof(float));
   if (need_mean) {
-    // s_i needs only Σ_g q_g·k = (Σ_g q_g)·k over each GQA group: one dot
-    // product per key and kv head instead of one per q head, and no z.
-    // A kGroupSum query is that sum already (as sent, then scaled).
-    const int32_t group =
-        s.query_form == QueryForm::kGroupSum ? 1 : s.group_size();
-    const int64_t d = s.vector_dim();
-    summed_queries_.assign(
-        static_cast<size_t>(int64_t{s.layers} * s.kv_heads * d), 0.0f);
-    for (int64_t lk = 0; lk < int64_t{s.layers} * s.kv_heads; ++lk) {
-      for (int32_t g = 0; g < group; ++g) {
-        const float* q = queries->data() + (lk * group + g) * d;
-        for (int64_t j = 0; j < d; ++j) summed_queries_[lk * d + j] += q[j];
-      }
-    }
-    counters_.bytes_copied +=
-        static_cast<int64_t>(summed_queries_.size() * sizeof(float));
     mean_logit_.assign(static_cast<size_t>(n), 0.0);
-    ScoreArgs summed = args;
+    ScoreArgs summed = KeyScoreArgs(summed_queries_.data(), nullptr);
     summed.group = 1;
-    summed.queries = summed_queries_.data();
     summed.sum = mean_logit_.data();
     ScoreKeys(summed);
     for (double& v : mean_logit_) v *= inv_rows;
@@ -281,10 +278,7 @@ void CpuSession::Score(std::vector<float>* queries, bool need_mean,
   if (need_attention) {
     // The softmax needs every z[l,h,i].
     z_.resize(static_cast<size_t>(rows * n));
-    args.z = z_.data();
-    ScoreKeys(args);
-  }
-  if (need_attention) {
+    ScoreKeys(KeyScoreArgs(scaled_queries_.data(), z_.data()));
     attention_.assign(static_cast<size_t>(n), 0.0);
     AccumulateSoftmax(z_.data(), rows, n, inv_rows, attention_.data());
   }
@@ -340,9 +334,13 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   const ScoreNeeds needs = StepScoreNeeds(config_, trace != nullptr);
   const bool need_mean = needs.mean;
   const bool need_attention = needs.attention;
-  absl::Status st = ValidateAndDecode(
-      config_, limits_, counters_.last_step, table_.live_slots(), held(), input,
-      &decoded_, BackendStepRules(config_, needs));
+  // Score reads the queries as sent; only the expected ranking's statistics
+  // want them decoded (unscaled) on their own.
+  StepRules rules = BackendStepRules(config_, needs);
+  rules.decode_queries = ranking == Ranking::kExpected;
+  absl::Status st =
+      ValidateAndDecode(config_, limits_, counters_.last_step,
+                        table_.live_slots(), held(), input, &decoded_, rules);
   if (!st.ok()) return st;
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
@@ -365,12 +363,11 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   last_entropy_ = decoded_.entropy;
   const int64_t n = held();
   if (ranking == Ranking::kExpected) {
-    // Before Score scales the queries in place.
     query_stats_.Update(decoded_.queries.data(), decoded_.queries.size(),
                         config_.expected.ema_rate);
   }
   if ((need_mean || need_attention) && decoded_.has_queries) {
-    Score(&decoded_.queries, need_mean, need_attention);
+    Score(input.queries.data(), need_mean, need_attention);
   } else if (trace != nullptr) {
     // keydiff reads no query: a step may come without one (section 1).
     mean_logit_.assign(static_cast<size_t>(n), 0.0);

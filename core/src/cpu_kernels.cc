@@ -117,6 +117,39 @@ void ScoreKeys(const ScoreArgs& args) {
   ScoreKeysScalar(args);
 }
 
+void PrepareQueries(ElementType type, const std::byte* bytes, int64_t groups,
+                    int32_t group, int64_t dim, float scale, float* scaled,
+                    float* summed) {
+  // Decoded a chunk at a time into a buffer that stays in L1, so that each
+  // query element is read from memory once.
+  constexpr int64_t kChunk = 256;
+  float decoded[kChunk];
+  const size_t esize = ElementSize(type);
+  for (int64_t lk = 0; lk < groups; ++lk) {
+    float* sum = summed != nullptr ? summed + lk * dim : nullptr;
+    for (int32_t g = 0; g < group; ++g) {
+      const int64_t row = lk * group + g;
+      for (int64_t begin = 0; begin < dim; begin += kChunk) {
+        const int64_t n = std::min(kChunk, dim - begin);
+        DecodeElements(type, bytes + (row * dim + begin) * esize,
+                       static_cast<size_t>(n), decoded);
+        for (int64_t j = 0; j < n; ++j) decoded[j] *= scale;
+        if (scaled != nullptr) {
+          std::memcpy(scaled + row * dim + begin, decoded,
+                      static_cast<size_t>(n) * sizeof(float));
+        }
+        if (sum == nullptr) continue;
+        float* s = sum + begin;
+        if (g == 0) {
+          for (int64_t j = 0; j < n; ++j) s[j] = 0.0f + decoded[j];
+        } else {
+          for (int64_t j = 0; j < n; ++j) s[j] += decoded[j];
+        }
+      }
+    }
+  }
+}
+
 void AccumulateSoftmaxScalar(float* z, int64_t rows, int64_t n, double weight,
                              double* attention) {
   for (int64_t r = 0; r < rows; ++r) {

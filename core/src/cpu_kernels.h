@@ -35,6 +35,16 @@ struct ScoreArgs {
 
 void ScoreKeys(const ScoreArgs& args);
 
+// A step's queries, `groups` × `group` vectors of `dim` elements in `type` at
+// `bytes` (q head = kv head · group + g), decoded and multiplied by `scale` in
+// one pass: written to `scaled` (same layout) when not null, and each group's
+// sum to `summed` ([groups][dim], the scaled vectors of g = 0, 1, ... added in
+// that order to 0.0f) when not null. Bit-identical to decoding, then scaling,
+// then summing in three passes; the memory traffic of one.
+void PrepareQueries(ElementType type, const std::byte* bytes, int64_t groups,
+                    int32_t group, int64_t dim, float scale, float* scaled,
+                    float* summed);
+
 // For each of `rows` rows of `z` (row r at z + r·n, n >= 1 entries) adds
 // weight · softmax(row)[p] to attention[p]. Overwrites z with exp(z − max).
 // Vectorised (AVX-512, a Cephes-style exp with relative error < 2e-7) when

@@ -282,9 +282,9 @@ void ShadowSetImpl::Attention(const StepInput& input) {
   const float scale =
       static_cast<float>(1.0 / std::sqrt(static_cast<double>(shape.head_dim)));
   queries_.resize(static_cast<size_t>(shape.query_elements()));
-  DecodeElements(shape.element_type, input.queries.data(), queries_.size(),
-                 queries_.data());
-  for (float& q : queries_) q *= scale;
+  internal::PrepareQueries(shape.element_type, input.queries.data(),
+                           int64_t{shape.layers} * shape.kv_heads, group, d,
+                           scale, queries_.data(), /*summed=*/nullptr);
   attention_.assign(static_cast<size_t>(n), 0.0);
   z_.resize(static_cast<size_t>(int64_t{heads} * n));
   const double weight = 1.0 / (static_cast<double>(shape.layers) * heads);

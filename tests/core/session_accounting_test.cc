@@ -165,12 +165,13 @@ TEST(BackendTest, CudaIsUnavailableOrWorks) {
 // SessionStats.bytes_copied counts the key and query bytes a step writes
 // (session.h). Expected values are the byte sizes of what each step must
 // write, from the shape: 2 layers x 2 kv heads x 4 q heads x d=8 in f16,
-// so 64 key bytes per entry, 64 query elements (256 bytes as floats) and
-// 2 x 2 x 8 summed query floats (128 bytes).
+// so 64 key bytes per entry, 64 query elements (256 bytes as scaled floats,
+// written only for rankings that need per-head z) and 2 x 2 x 8 summed query
+// floats (128 bytes, for s_i).
 class BytesCopiedTest : public ::testing::Test {
  protected:
   static constexpr int64_t kKeyBytes = 2 * 2 * 8 * 2;
-  static constexpr int64_t kDecodedQueryBytes = 2 * 4 * 8 * 4;
+  static constexpr int64_t kScaledQueryBytes = 2 * 4 * 8 * 4;
   static constexpr int64_t kSummedQueryBytes = 2 * 2 * 8 * 4;
 
   std::unique_ptr<SessionState> Create(Ranking ranking, int64_t budget,
@@ -218,11 +219,20 @@ TEST_F(BytesCopiedTest, AWindowStepStoresItsKeyAndDecodesNoQuery) {
   EXPECT_EQ(session->Stats().bytes_copied, 10 * kKeyBytes);
 }
 
-TEST_F(BytesCopiedTest, AnAffinityStepAlsoDecodesAndSumsItsQueries) {
+// The queries are decoded, scaled and summed in one pass: only the sums are
+// written (docs/design.md, "One path for the bytes").
+TEST_F(BytesCopiedTest, AnAffinityStepWritesOnlyItsSummedQueries) {
   auto session = Create(Ranking::kAffinity, 100);
   for (uint64_t t = 0; t < 10; ++t) ASSERT_OK(Step(session.get(), t));
   EXPECT_EQ(session->Stats().bytes_copied,
-            10 * (kKeyBytes + kDecodedQueryBytes + kSummedQueryBytes));
+            10 * (kKeyBytes + kSummedQueryBytes));
+}
+
+TEST_F(BytesCopiedTest, ATovaStepWritesItsScaledQueriesAndNoSums) {
+  auto session = Create(Ranking::kTova, 100);
+  for (uint64_t t = 0; t < 10; ++t) ASSERT_OK(Step(session.get(), t));
+  EXPECT_EQ(session->Stats().bytes_copied,
+            10 * (kKeyBytes + kScaledQueryBytes));
 }
 
 TEST_F(BytesCopiedTest, AnEvictionMovesTheLastEntryIntoTheHole) {
