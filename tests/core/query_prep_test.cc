@@ -36,7 +36,9 @@ struct Case {
   ElementType type;
   int64_t groups;
   int32_t group;
-  int64_t dim;  // 300: more than one of the function's 256-element chunks.
+  // 300: more than one of the scalar path's 256-element chunks, and not a
+  // multiple of the vector path's 8 (f16, with AVX2).
+  int64_t dim;
 };
 
 class PrepareQueriesTest : public ::testing::TestWithParam<Case> {
@@ -118,6 +120,7 @@ TEST_P(PrepareQueriesTest, EitherOutputAloneIsTheSameAsBoth) {
 INSTANTIATE_TEST_SUITE_P(
     Shapes, PrepareQueriesTest,
     ::testing::Values(Case{ElementType::kF16, 8, 4, 128},
+                      Case{ElementType::kF16, 5, 1, 64},
                       Case{ElementType::kF16, 3, 1, 300},
                       Case{ElementType::kBf16, 2, 8, 300},
                       Case{ElementType::kF32, 4, 4, 64},
