@@ -320,7 +320,7 @@ void BM_SketchKeysByIsa(benchmark::State& state) {
   for (double& x : p) x = normal(rng);
   for (float& x : v) x = static_cast<float>(normal(rng));
   for (auto _ : state) {
-    versions[isa](p.data(), v.data(), kPlanes, kD, kR, out.data());
+    versions[isa](p.data(), v.data(), 1, kPlanes, kD, kR, out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

@@ -135,12 +135,10 @@ void Sketcher::Keys(absl::Span<const float> in, int64_t n,
   const int64_t planes = int64_t{shape_.layers} * shape_.kv_heads;
   out->resize(static_cast<size_t>(n * planes * r));
   // The per-token cost of an engine: vectorised across the r columns where
-  // the CPU can, bit-identical to Project() (sketch_project.h).
-  const internal::ProjectFn project = internal::BestProject();
-  for (int64_t e = 0; e < n; ++e) {
-    project(matrices_.data(), in.data() + e * planes * d, planes, d, r,
-            out->data() + e * planes * r);
-  }
+  // the CPU can, the n tokens together, bit-identical to Project()
+  // (sketch_project.h).
+  internal::BestProject()(matrices_.data(), in.data(), n, planes, d, r,
+                          out->data());
 }
 
 void Sketcher::Queries(absl::Span<const float> in,

@@ -25,11 +25,14 @@ float Column(const double* p, const float* v, int64_t d, int64_t r,
 
 }  // namespace
 
-void ProjectScalar(const double* p, const float* v, int64_t planes, int64_t d,
-                   int64_t r, float* out) {
-  for (int64_t t = 0; t < planes; ++t) {
-    for (int64_t c = 0; c < r; ++c) {
-      out[t * r + c] = Column(p + t * d * r, v + t * d, d, r, c);
+void ProjectScalar(const double* p, const float* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out) {
+  for (int64_t e = 0; e < tokens; ++e) {
+    for (int64_t t = 0; t < planes; ++t) {
+      for (int64_t c = 0; c < r; ++c) {
+        out[(e * planes + t) * r + c] =
+            Column(p + t * d * r, v + (e * planes + t) * d, d, r, c);
+      }
     }
   }
 }
@@ -37,121 +40,180 @@ void ProjectScalar(const double* p, const float* v, int64_t planes, int64_t d,
 #if defined(__x86_64__)
 namespace {
 
-// kGroup planes × kVecs vectors of columns [c0, c0 + kVecs·lanes) advance
-// together over j: kGroup·kVecs independent sums, enough to hide the add's
-// latency. Each sum is one column's reference arithmetic.
-template <int kGroup, int kVecs>
-__attribute__((target("avx512f"))) void Block512(const double* p,
-                                                 const float* v, int64_t d,
-                                                 int64_t r, int64_t c0,
-                                                 float* out) {
-  __m512d acc[kGroup][kVecs];
-  for (int g = 0; g < kGroup; ++g) {
+// kRows rows × kVecs vectors of columns [c0, c0 + kVecs·lanes) advance
+// together over j: kRows·kVecs independent sums, enough to hide the add's
+// latency. Row g reads its vector at v + g·v_stride and writes at
+// out + g·out_stride; its matrix is at p + g·p_stride, or p for every row
+// when kShared (several tokens of one plane: each row of P is loaded once).
+// Each sum is one column's reference arithmetic.
+struct Rows {
+  const double* p;
+  int64_t p_stride;  // Unused when kShared.
+  const float* v;
+  int64_t v_stride;
+  float* out;
+  int64_t out_stride;
+};
+
+template <int kRows, int kVecs, bool kShared>
+__attribute__((target("avx512f"))) void Block512(const Rows& a, int64_t d,
+                                                 int64_t r, int64_t c0) {
+  __m512d acc[kRows][kVecs];
+  for (int g = 0; g < kRows; ++g) {
     for (int k = 0; k < kVecs; ++k) acc[g][k] = _mm512_setzero_pd();
   }
   for (int64_t j = 0; j < d; ++j) {
-    for (int g = 0; g < kGroup; ++g) {
-      const __m512d vj =
-          _mm512_set1_pd(static_cast<double>(v[g * d + j]));
-      const double* row = p + (g * d + j) * r + c0;
+    __m512d shared[kVecs];
+    if constexpr (kShared) {
       for (int k = 0; k < kVecs; ++k) {
-        acc[g][k] = _mm512_add_pd(
-            acc[g][k], _mm512_mul_pd(_mm512_loadu_pd(row + 8 * k), vj));
+        shared[k] = _mm512_loadu_pd(a.p + j * r + c0 + 8 * k);
+      }
+    }
+    for (int g = 0; g < kRows; ++g) {
+      const __m512d vj =
+          _mm512_set1_pd(static_cast<double>(a.v[g * a.v_stride + j]));
+      for (int k = 0; k < kVecs; ++k) {
+        const __m512d pk =
+            kShared ? shared[k]
+                    : _mm512_loadu_pd(a.p + g * a.p_stride + j * r + c0 +
+                                      8 * k);
+        acc[g][k] = _mm512_add_pd(acc[g][k], _mm512_mul_pd(pk, vj));
       }
     }
   }
-  for (int g = 0; g < kGroup; ++g) {
+  for (int g = 0; g < kRows; ++g) {
     for (int k = 0; k < kVecs; ++k) {
       // The masked form: the unmasked one reads an undefined pass-through.
       const __m256 rounded =
           _mm512_mask_cvtpd_ps(_mm256_setzero_ps(), 0xFF, acc[g][k]);
-      _mm256_storeu_ps(out + g * r + c0 + 8 * k, rounded);
+      _mm256_storeu_ps(a.out + g * a.out_stride + c0 + 8 * k, rounded);
     }
   }
 }
 
-template <int kGroup, int kVecs>
-__attribute__((target("avx2"))) void Block256(const double* p, const float* v,
-                                              int64_t d, int64_t r, int64_t c0,
-                                              float* out) {
-  __m256d acc[kGroup][kVecs];
-  for (int g = 0; g < kGroup; ++g) {
+template <int kRows, int kVecs, bool kShared>
+__attribute__((target("avx2"))) void Block256(const Rows& a, int64_t d,
+                                              int64_t r, int64_t c0) {
+  __m256d acc[kRows][kVecs];
+  for (int g = 0; g < kRows; ++g) {
     for (int k = 0; k < kVecs; ++k) acc[g][k] = _mm256_setzero_pd();
   }
   for (int64_t j = 0; j < d; ++j) {
-    for (int g = 0; g < kGroup; ++g) {
-      const __m256d vj =
-          _mm256_set1_pd(static_cast<double>(v[g * d + j]));
-      const double* row = p + (g * d + j) * r + c0;
+    __m256d shared[kVecs];
+    if constexpr (kShared) {
       for (int k = 0; k < kVecs; ++k) {
-        acc[g][k] = _mm256_add_pd(
-            acc[g][k], _mm256_mul_pd(_mm256_loadu_pd(row + 4 * k), vj));
+        shared[k] = _mm256_loadu_pd(a.p + j * r + c0 + 4 * k);
+      }
+    }
+    for (int g = 0; g < kRows; ++g) {
+      const __m256d vj =
+          _mm256_set1_pd(static_cast<double>(a.v[g * a.v_stride + j]));
+      for (int k = 0; k < kVecs; ++k) {
+        const __m256d pk =
+            kShared ? shared[k]
+                    : _mm256_loadu_pd(a.p + g * a.p_stride + j * r + c0 +
+                                      4 * k);
+        acc[g][k] = _mm256_add_pd(acc[g][k], _mm256_mul_pd(pk, vj));
       }
     }
   }
-  for (int g = 0; g < kGroup; ++g) {
+  for (int g = 0; g < kRows; ++g) {
     for (int k = 0; k < kVecs; ++k) {
-      _mm_storeu_ps(out + g * r + c0 + 4 * k, _mm256_cvtpd_ps(acc[g][k]));
+      _mm_storeu_ps(a.out + g * a.out_stride + c0 + 4 * k,
+                    _mm256_cvtpd_ps(acc[g][k]));
     }
   }
 }
 
-using BlockFn = void (*)(const double*, const float*, int64_t, int64_t,
-                         int64_t, float*);
+using BlockFn = void (*)(const Rows&, int64_t, int64_t, int64_t);
 
-// Block<G, V> for G planes (1..4) and V vectors (1..4).
-template <template <int, int> class Pick>
-BlockFn Choose(int group, int vecs) {
+// Block<G, V, kShared> for G rows (1..4) and V vectors (1..4).
+template <template <int, int, bool> class Pick, bool kShared>
+BlockFn Choose(int rows, int vecs) {
   static constexpr BlockFn kTable[4][4] = {
-      {Pick<1, 1>::kFn, Pick<1, 2>::kFn, Pick<1, 3>::kFn, Pick<1, 4>::kFn},
-      {Pick<2, 1>::kFn, Pick<2, 2>::kFn, Pick<2, 3>::kFn, Pick<2, 4>::kFn},
-      {Pick<3, 1>::kFn, Pick<3, 2>::kFn, Pick<3, 3>::kFn, Pick<3, 4>::kFn},
-      {Pick<4, 1>::kFn, Pick<4, 2>::kFn, Pick<4, 3>::kFn, Pick<4, 4>::kFn}};
-  return kTable[group - 1][vecs - 1];
+      {Pick<1, 1, kShared>::kFn, Pick<1, 2, kShared>::kFn,
+       Pick<1, 3, kShared>::kFn, Pick<1, 4, kShared>::kFn},
+      {Pick<2, 1, kShared>::kFn, Pick<2, 2, kShared>::kFn,
+       Pick<2, 3, kShared>::kFn, Pick<2, 4, kShared>::kFn},
+      {Pick<3, 1, kShared>::kFn, Pick<3, 2, kShared>::kFn,
+       Pick<3, 3, kShared>::kFn, Pick<3, 4, kShared>::kFn},
+      {Pick<4, 1, kShared>::kFn, Pick<4, 2, kShared>::kFn,
+       Pick<4, 3, kShared>::kFn, Pick<4, 4, kShared>::kFn}};
+  return kTable[rows - 1][vecs - 1];
 }
-template <int G, int V>
+template <int G, int V, bool S>
 struct Pick512 {
-  static constexpr BlockFn kFn = &Block512<G, V>;
+  static constexpr BlockFn kFn = &Block512<G, V, S>;
 };
-template <int G, int V>
+template <int G, int V, bool S>
 struct Pick256 {
-  static constexpr BlockFn kFn = &Block256<G, V>;
+  static constexpr BlockFn kFn = &Block256<G, V, S>;
 };
 
-// Planes in groups of up to 4, columns in blocks of up to 4 vectors of
-// `lanes`; the columns past the last whole vector by the reference loop.
-template <template <int, int> class Pick>
-void ProjectVector(int64_t lanes, const double* p, const float* v,
-                   int64_t planes, int64_t d, int64_t r, float* out) {
+// Up to 4 rows (`a`) over every column: blocks of up to 4 vectors of
+// `lanes`, the columns past the last whole vector by the reference loop.
+template <template <int, int, bool> class Pick, bool kShared>
+void ProjectRows(int64_t lanes, const Rows& a, int rows, int64_t d,
+                 int64_t r) {
   const int64_t whole = r / lanes * lanes;
-  for (int64_t t0 = 0; t0 < planes; t0 += 4) {
-    const int group = static_cast<int>(std::min<int64_t>(4, planes - t0));
-    const double* pg = p + t0 * d * r;
-    const float* vg = v + t0 * d;
-    float* og = out + t0 * r;
-    for (int64_t c0 = 0; c0 < whole; c0 += 4 * lanes) {
-      const int vecs =
-          static_cast<int>(std::min<int64_t>(4, (whole - c0) / lanes));
-      Choose<Pick>(group, vecs)(pg, vg, d, r, c0, og);
+  for (int64_t c0 = 0; c0 < whole; c0 += 4 * lanes) {
+    const int vecs =
+        static_cast<int>(std::min<int64_t>(4, (whole - c0) / lanes));
+    Choose<Pick, kShared>(rows, vecs)(a, d, r, c0);
+  }
+  for (int g = 0; g < rows; ++g) {
+    for (int64_t c = whole; c < r; ++c) {
+      a.out[g * a.out_stride + c] = Column(
+          a.p + (kShared ? 0 : g * a.p_stride), a.v + g * a.v_stride, d, r, c);
     }
-    for (int g = 0; g < group; ++g) {
-      for (int64_t c = whole; c < r; ++c) {
-        og[g * r + c] = Column(pg + g * d * r, vg + g * d, d, r, c);
-      }
+  }
+}
+
+// One token: planes in groups of 4. Several: plane by plane, tokens in
+// groups of 4 sharing the plane's matrix, which stays in L1 meanwhile.
+template <template <int, int, bool> class Pick>
+void ProjectVector(int64_t lanes, const double* p, const float* v,
+                   int64_t tokens, int64_t planes, int64_t d, int64_t r,
+                   float* out) {
+  if (tokens == 1) {
+    for (int64_t t0 = 0; t0 < planes; t0 += 4) {
+      const int rows = static_cast<int>(std::min<int64_t>(4, planes - t0));
+      ProjectRows<Pick, false>(lanes,
+                               {.p = p + t0 * d * r,
+                                .p_stride = d * r,
+                                .v = v + t0 * d,
+                                .v_stride = d,
+                                .out = out + t0 * r,
+                                .out_stride = r},
+                               rows, d, r);
+    }
+    return;
+  }
+  for (int64_t t = 0; t < planes; ++t) {
+    for (int64_t e0 = 0; e0 < tokens; e0 += 4) {
+      const int rows = static_cast<int>(std::min<int64_t>(4, tokens - e0));
+      ProjectRows<Pick, true>(lanes,
+                              {.p = p + t * d * r,
+                               .p_stride = 0,
+                               .v = v + (e0 * planes + t) * d,
+                               .v_stride = planes * d,
+                               .out = out + (e0 * planes + t) * r,
+                               .out_stride = planes * r},
+                              rows, d, r);
     }
   }
 }
 
 }  // namespace
 
-void ProjectAvx2(const double* p, const float* v, int64_t planes, int64_t d,
-                 int64_t r, float* out) {
-  ProjectVector<Pick256>(4, p, v, planes, d, r, out);
+void ProjectAvx2(const double* p, const float* v, int64_t tokens,
+                 int64_t planes, int64_t d, int64_t r, float* out) {
+  ProjectVector<Pick256>(4, p, v, tokens, planes, d, r, out);
 }
 
-void ProjectAvx512(const double* p, const float* v, int64_t planes, int64_t d,
-                   int64_t r, float* out) {
-  ProjectVector<Pick512>(8, p, v, planes, d, r, out);
+void ProjectAvx512(const double* p, const float* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out) {
+  ProjectVector<Pick512>(8, p, v, tokens, planes, d, r, out);
 }
 
 #endif  // __x86_64__

@@ -1,12 +1,14 @@
-// The sketcher's projection of an entry's keys, plane by plane: for each
-// plane (layer, kv head) t, out[t] = float(P[t]ᵀ v[t]) with P[t] a d × r
+// The sketcher's projection of entries' keys, plane by plane: for each token
+// and plane (layer, kv head) t, out[t] = float(P[t]ᵀ v[t]) with P[t] a d × r
 // row-major double matrix (core/include/entrokv/core/sketch.h). A scalar
 // version and, on x86-64, AVX2 and AVX-512 versions, vectorised across the r
-// columns and interleaving planes so that their sums advance side by side.
-// Every version computes each column as the same double operations in the
-// same order (acc = 0; for j ascending: acc = acc + P[j][c]·v[j], a multiply
-// then an add, never fused; then rounded to float), so all are
-// bit-identical. Pure functions, thread-safe.
+// columns. One token interleaves four planes, so that their sums advance side
+// by side; several tokens go plane by plane, four tokens at a time sharing
+// each row of P, so that a plane's matrix is read from memory once per call
+// rather than once per token. Every version computes each column as the same
+// double operations in the same order (acc = 0; for j ascending:
+// acc = acc + P[j][c]·v[j], a multiply then an add, never fused; then rounded
+// to float), so all are bit-identical. Pure functions, thread-safe.
 
 #ifndef ENTROKV_CORE_SRC_SKETCH_PROJECT_H_
 #define ENTROKV_CORE_SRC_SKETCH_PROJECT_H_
@@ -15,19 +17,20 @@
 
 namespace entrokv::internal {
 
-// p: planes × d × r doubles; v: planes × d floats; out: planes × r floats.
-using ProjectFn = void (*)(const double* p, const float* v, int64_t planes,
-                           int64_t d, int64_t r, float* out);
+// p: planes × d × r doubles; v: tokens × planes × d floats; out: tokens ×
+// planes × r floats.
+using ProjectFn = void (*)(const double* p, const float* v, int64_t tokens,
+                           int64_t planes, int64_t d, int64_t r, float* out);
 
-void ProjectScalar(const double* p, const float* v, int64_t planes, int64_t d,
-                   int64_t r, float* out);
+void ProjectScalar(const double* p, const float* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out);
 
 #if defined(__x86_64__)
 // REQUIRES: the CPU has AVX2 (resp. AVX-512F).
-void ProjectAvx2(const double* p, const float* v, int64_t planes, int64_t d,
-                 int64_t r, float* out);
-void ProjectAvx512(const double* p, const float* v, int64_t planes, int64_t d,
-                   int64_t r, float* out);
+void ProjectAvx2(const double* p, const float* v, int64_t tokens,
+                 int64_t planes, int64_t d, int64_t r, float* out);
+void ProjectAvx512(const double* p, const float* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out);
 #endif
 
 // The fastest version this CPU runs, and its name ("avx512", "avx2",

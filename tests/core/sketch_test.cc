@@ -10,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_cat.h"
 #include "core_test_util.h"
 #include "entrokv/core/backend.h"
 #include "gmock/gmock.h"
@@ -117,46 +118,55 @@ TEST(SketcherTest, ProjectsKeysAndQueriesLikeANaiveProduct) {
 
 // The vector projections are bit-identical to the scalar one, and the scalar
 // one to a naive double product rounded to float, for column counts that are
-// and are not multiples of the vector width, and plane counts that are and
-// are not multiples of the planes interleaved.
+// and are not multiples of the vector width, plane counts that are and are
+// not multiples of the planes interleaved (one token), and token counts that
+// are and are not multiples of the tokens sharing a matrix (several).
 TEST(SketcherTest, VectorProjectionsAreBitIdenticalToTheScalarOne) {
   std::mt19937 rng(3);
   std::normal_distribution<double> normal;
-  for (int64_t planes : {1, 3, 4, 9}) {
-    for (int64_t d : {1, 8, 128}) {
-      for (int64_t r : {1, 3, 4, 8, 15, 16, 17, 33, 64, 100}) {
-        std::vector<double> p(static_cast<size_t>(planes * d * r));
-        std::vector<float> v(static_cast<size_t>(planes * d));
-        for (double& x : p) x = normal(rng);
-        for (float& x : v) x = static_cast<float>(normal(rng) * 3.0);
-        std::vector<float> scalar(static_cast<size_t>(planes * r));
-        internal::ProjectScalar(p.data(), v.data(), planes, d, r,
-                                scalar.data());
-        for (int64_t t = 0; t < planes; ++t) {
-          for (int64_t c = 0; c < r; ++c) {
-            double naive = 0.0;
-            for (int64_t j = 0; j < d; ++j) {
-              const double term = p[(t * d + j) * r + c] *
-                                  static_cast<double>(v[t * d + j]);
-              naive = naive + term;
+  for (int64_t tokens : {1, 2, 5, 8}) {
+    for (int64_t planes : {1, 3, 4, 9}) {
+      for (int64_t d : {1, 8, 128}) {
+        for (int64_t r : {1, 3, 4, 8, 15, 16, 17, 33, 64, 100}) {
+          std::vector<double> p(static_cast<size_t>(planes * d * r));
+          std::vector<float> v(static_cast<size_t>(tokens * planes * d));
+          for (double& x : p) x = normal(rng);
+          for (float& x : v) x = static_cast<float>(normal(rng) * 3.0);
+          const std::string where = absl::StrCat(tokens, " tokens, ", planes,
+                                                 " planes, d ", d, ", r ", r);
+          std::vector<float> scalar(static_cast<size_t>(tokens * planes * r));
+          internal::ProjectScalar(p.data(), v.data(), tokens, planes, d, r,
+                                  scalar.data());
+          for (int64_t e = 0; e < tokens; ++e) {
+            for (int64_t t = 0; t < planes; ++t) {
+              const float* vt = v.data() + (e * planes + t) * d;
+              for (int64_t c = 0; c < r; ++c) {
+                double naive = 0.0;
+                for (int64_t j = 0; j < d; ++j) {
+                  const double term =
+                      p[(t * d + j) * r + c] * static_cast<double>(vt[j]);
+                  naive = naive + term;
+                }
+                ASSERT_EQ(scalar[(e * planes + t) * r + c],
+                          static_cast<float>(naive))
+                    << where;
+              }
             }
-            ASSERT_EQ(scalar[t * r + c], static_cast<float>(naive))
-                << planes << " " << d << " " << r;
           }
-        }
 #if defined(__x86_64__)
-        std::vector<float> got(static_cast<size_t>(planes * r));
-        if (__builtin_cpu_supports("avx2")) {
-          internal::ProjectAvx2(p.data(), v.data(), planes, d, r, got.data());
-          ASSERT_EQ(got, scalar) << "avx2 " << planes << " " << d << " " << r;
-        }
-        if (__builtin_cpu_supports("avx512f")) {
-          internal::ProjectAvx512(p.data(), v.data(), planes, d, r,
+          std::vector<float> got(scalar.size());
+          if (__builtin_cpu_supports("avx2")) {
+            internal::ProjectAvx2(p.data(), v.data(), tokens, planes, d, r,
                                   got.data());
-          ASSERT_EQ(got, scalar)
-              << "avx512 " << planes << " " << d << " " << r;
-        }
+            ASSERT_EQ(got, scalar) << "avx2, " << where;
+          }
+          if (__builtin_cpu_supports("avx512f")) {
+            internal::ProjectAvx512(p.data(), v.data(), tokens, planes, d, r,
+                                    got.data());
+            ASSERT_EQ(got, scalar) << "avx512, " << where;
+          }
 #endif
+        }
       }
     }
   }
