@@ -100,30 +100,6 @@ int64_t Sketcher::full_query_elements() const {
   return int64_t{shape_.layers} * shape_.q_heads * shape_.head_dim;
 }
 
-namespace {
-
-constexpr int64_t kMaxSketchColumns = 64;
-
-// out[c] = sum_j p[j][c] * v[j], in double (j ascending), rounded to float.
-// The r sums advance together, row by row of p: the same arithmetic as one
-// sum at a time, but contiguous and vectorisable across c.
-void Project(const double* p, const double* v, int64_t d, int64_t r,
-             float* out) {
-  double acc[kMaxSketchColumns];
-  for (int64_t c0 = 0; c0 < r; c0 += kMaxSketchColumns) {
-    const int64_t m = std::min<int64_t>(kMaxSketchColumns, r - c0);
-    for (int64_t c = 0; c < m; ++c) acc[c] = 0.0;
-    for (int64_t j = 0; j < d; ++j) {
-      const double vj = v[j];
-      const double* row = p + j * r + c0;
-      for (int64_t c = 0; c < m; ++c) acc[c] += row[c] * vj;
-    }
-    for (int64_t c = 0; c < m; ++c) out[c0 + c] = static_cast<float>(acc[c]);
-  }
-}
-
-}  // namespace
-
 void Sketcher::Keys(absl::Span<const float> in, int64_t n,
                     std::vector<float>* out) const {
   if (shape_.sketch_dim == 0) {
@@ -135,8 +111,8 @@ void Sketcher::Keys(absl::Span<const float> in, int64_t n,
   const int64_t planes = int64_t{shape_.layers} * shape_.kv_heads;
   out->resize(static_cast<size_t>(n * planes * r));
   // The per-token cost of an engine: vectorised across the r columns where
-  // the CPU can, the n tokens together, bit-identical to Project()
-  // (sketch_project.h).
+  // the CPU can, the n tokens together, bit-identical to the scalar
+  // arithmetic (sketch_project.h).
   internal::BestProject()(matrices_.data(), in.data(), n, planes, d, r,
                           out->data());
 }
@@ -151,30 +127,34 @@ void Sketcher::Queries(absl::Span<const float> in,
   const int64_t r = shape_.vector_dim();
   const int32_t group = shape_.group_size();
   const bool sum = shape_.query_form == QueryForm::kGroupSum;
-  const int64_t rows_out = int64_t{shape_.layers} * shape_.query_heads();
-  out->resize(static_cast<size_t>(rows_out * r));
-  std::vector<double> v(static_cast<size_t>(d));
+  const int64_t planes = int64_t{shape_.layers} * shape_.kv_heads;
+  const int32_t rows = sum ? 1 : group;  // Vectors out per plane.
+  out->resize(static_cast<size_t>(planes * rows * r));
+  // In double: each plane's group sum (kGroupSum), or each q head's query.
+  std::vector<double> v(static_cast<size_t>(planes * rows * d), 0.0);
   for (int32_t l = 0; l < shape_.layers; ++l) {
     for (int32_t kv = 0; kv < shape_.kv_heads; ++kv) {
       const int64_t plane = int64_t{l} * shape_.kv_heads + kv;
-      const double* p =
-          shape_.sketch_dim > 0 ? matrices_.data() + plane * d * r : nullptr;
-      for (int32_t g = 0; g < (sum ? 1 : group); ++g) {
-        // The group's summed query (kGroupSum), or q head kv·group + g.
-        for (int64_t j = 0; j < d; ++j) v[j] = 0.0;
-        for (int32_t h = sum ? 0 : g; h < (sum ? group : g + 1); ++h) {
-          const float* q =
-              in.data() + ((int64_t{l} * shape_.q_heads) + kv * group + h) * d;
-          for (int64_t j = 0; j < d; ++j) v[j] += q[j];
-        }
-        float* dst = out->data() + (sum ? plane : plane * group + g) * r;
-        if (p != nullptr) {
-          Project(p, v.data(), d, r, dst);
-        } else {
-          for (int64_t j = 0; j < d; ++j) dst[j] = static_cast<float>(v[j]);
-        }
+      for (int32_t h = 0; h < group; ++h) {
+        const float* q =
+            in.data() + ((int64_t{l} * shape_.q_heads) + kv * group + h) * d;
+        double* dst = v.data() + (plane * rows + (sum ? 0 : h)) * d;
+        for (int64_t j = 0; j < d; ++j) dst[j] += q[j];
       }
     }
+  }
+  if (shape_.sketch_dim == 0) {  // Exact, group sums.
+    for (size_t i = 0; i < v.size(); ++i) {
+      (*out)[i] = static_cast<float>(v[i]);
+    }
+    return;
+  }
+  // A plane's rows share its matrix: the form of several tokens of a plane
+  // (sketch_project.h), bit-identical to one at a time.
+  const internal::ProjectSumsFn project = internal::BestProjectSums();
+  for (int64_t plane = 0; plane < planes; ++plane) {
+    project(matrices_.data() + plane * d * r, v.data() + plane * rows * d,
+            rows, 1, d, r, out->data() + plane * rows * r);
   }
 }
 

@@ -14,8 +14,8 @@ namespace entrokv::internal {
 namespace {
 
 // One column of one plane, the reference arithmetic.
-float Column(const double* p, const float* v, int64_t d, int64_t r,
-             int64_t c) {
+template <typename V>
+float Column(const double* p, const V* v, int64_t d, int64_t r, int64_t c) {
   double acc = 0.0;
   for (int64_t j = 0; j < d; ++j) {
     acc = acc + p[j * r + c] * static_cast<double>(v[j]);
@@ -23,10 +23,9 @@ float Column(const double* p, const float* v, int64_t d, int64_t r,
   return static_cast<float>(acc);
 }
 
-}  // namespace
-
-void ProjectScalar(const double* p, const float* v, int64_t tokens,
-                   int64_t planes, int64_t d, int64_t r, float* out) {
+template <typename V>
+void ProjectScalarT(const double* p, const V* v, int64_t tokens,
+                    int64_t planes, int64_t d, int64_t r, float* out) {
   for (int64_t e = 0; e < tokens; ++e) {
     for (int64_t t = 0; t < planes; ++t) {
       for (int64_t c = 0; c < r; ++c) {
@@ -35,6 +34,18 @@ void ProjectScalar(const double* p, const float* v, int64_t tokens,
       }
     }
   }
+}
+
+}  // namespace
+
+void ProjectScalar(const double* p, const float* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out) {
+  ProjectScalarT(p, v, tokens, planes, d, r, out);
+}
+
+void ProjectScalar(const double* p, const double* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out) {
+  ProjectScalarT(p, v, tokens, planes, d, r, out);
 }
 
 #if defined(__x86_64__)
@@ -46,17 +57,18 @@ namespace {
 // out + g·out_stride; its matrix is at p + g·p_stride, or p for every row
 // when kShared (several tokens of one plane: each row of P is loaded once).
 // Each sum is one column's reference arithmetic.
+template <typename V>
 struct Rows {
   const double* p;
   int64_t p_stride;  // Unused when kShared.
-  const float* v;
+  const V* v;
   int64_t v_stride;
   float* out;
   int64_t out_stride;
 };
 
-template <int kRows, int kVecs, bool kShared>
-__attribute__((target("avx512f"))) void Block512(const Rows& a, int64_t d,
+template <int kRows, int kVecs, bool kShared, typename V>
+__attribute__((target("avx512f"))) void Block512(const Rows<V>& a, int64_t d,
                                                  int64_t r, int64_t c0) {
   __m512d acc[kRows][kVecs];
   for (int g = 0; g < kRows; ++g) {
@@ -91,8 +103,8 @@ __attribute__((target("avx512f"))) void Block512(const Rows& a, int64_t d,
   }
 }
 
-template <int kRows, int kVecs, bool kShared>
-__attribute__((target("avx2"))) void Block256(const Rows& a, int64_t d,
+template <int kRows, int kVecs, bool kShared, typename V>
+__attribute__((target("avx2"))) void Block256(const Rows<V>& a, int64_t d,
                                               int64_t r, int64_t c0) {
   __m256d acc[kRows][kVecs];
   for (int g = 0; g < kRows; ++g) {
@@ -125,12 +137,13 @@ __attribute__((target("avx2"))) void Block256(const Rows& a, int64_t d,
   }
 }
 
-using BlockFn = void (*)(const Rows&, int64_t, int64_t, int64_t);
+template <typename V>
+using BlockFn = void (*)(const Rows<V>&, int64_t, int64_t, int64_t);
 
-// Block<G, V, kShared> for G rows (1..4) and V vectors (1..4).
-template <template <int, int, bool> class Pick, bool kShared>
-BlockFn Choose(int rows, int vecs) {
-  static constexpr BlockFn kTable[4][4] = {
+// Block<G, K, kShared, V> for G rows (1..4) and K vectors (1..4).
+template <template <int, int, bool> class Pick, bool kShared, typename V>
+BlockFn<V> Choose(int rows, int vecs) {
+  static constexpr BlockFn<V> kTable[4][4] = {
       {Pick<1, 1, kShared>::kFn, Pick<1, 2, kShared>::kFn,
        Pick<1, 3, kShared>::kFn, Pick<1, 4, kShared>::kFn},
       {Pick<2, 1, kShared>::kFn, Pick<2, 2, kShared>::kFn,
@@ -141,25 +154,31 @@ BlockFn Choose(int rows, int vecs) {
        Pick<4, 3, kShared>::kFn, Pick<4, 4, kShared>::kFn}};
   return kTable[rows - 1][vecs - 1];
 }
-template <int G, int V, bool S>
-struct Pick512 {
-  static constexpr BlockFn kFn = &Block512<G, V, S>;
+template <typename V>
+struct Isa512 {
+  template <int G, int K, bool S>
+  struct Pick {
+    static constexpr BlockFn<V> kFn = &Block512<G, K, S, V>;
+  };
 };
-template <int G, int V, bool S>
-struct Pick256 {
-  static constexpr BlockFn kFn = &Block256<G, V, S>;
+template <typename V>
+struct Isa256 {
+  template <int G, int K, bool S>
+  struct Pick {
+    static constexpr BlockFn<V> kFn = &Block256<G, K, S, V>;
+  };
 };
 
 // Up to 4 rows (`a`) over every column: blocks of up to 4 vectors of
 // `lanes`, the columns past the last whole vector by the reference loop.
-template <template <int, int, bool> class Pick, bool kShared>
-void ProjectRows(int64_t lanes, const Rows& a, int rows, int64_t d,
+template <template <int, int, bool> class Pick, bool kShared, typename V>
+void ProjectRows(int64_t lanes, const Rows<V>& a, int rows, int64_t d,
                  int64_t r) {
   const int64_t whole = r / lanes * lanes;
   for (int64_t c0 = 0; c0 < whole; c0 += 4 * lanes) {
     const int vecs =
         static_cast<int>(std::min<int64_t>(4, (whole - c0) / lanes));
-    Choose<Pick, kShared>(rows, vecs)(a, d, r, c0);
+    Choose<Pick, kShared, V>(rows, vecs)(a, d, r, c0);
   }
   for (int g = 0; g < rows; ++g) {
     for (int64_t c = whole; c < r; ++c) {
@@ -171,14 +190,14 @@ void ProjectRows(int64_t lanes, const Rows& a, int rows, int64_t d,
 
 // One token: planes in groups of 4. Several: plane by plane, tokens in
 // groups of 4 sharing the plane's matrix, which stays in L1 meanwhile.
-template <template <int, int, bool> class Pick>
-void ProjectVector(int64_t lanes, const double* p, const float* v,
+template <template <int, int, bool> class Pick, typename V>
+void ProjectVector(int64_t lanes, const double* p, const V* v,
                    int64_t tokens, int64_t planes, int64_t d, int64_t r,
                    float* out) {
   if (tokens == 1) {
     for (int64_t t0 = 0; t0 < planes; t0 += 4) {
       const int rows = static_cast<int>(std::min<int64_t>(4, planes - t0));
-      ProjectRows<Pick, false>(lanes,
+      ProjectRows<Pick, false, V>(lanes,
                                {.p = p + t0 * d * r,
                                 .p_stride = d * r,
                                 .v = v + t0 * d,
@@ -192,7 +211,7 @@ void ProjectVector(int64_t lanes, const double* p, const float* v,
   for (int64_t t = 0; t < planes; ++t) {
     for (int64_t e0 = 0; e0 < tokens; e0 += 4) {
       const int rows = static_cast<int>(std::min<int64_t>(4, tokens - e0));
-      ProjectRows<Pick, true>(lanes,
+      ProjectRows<Pick, true, V>(lanes,
                               {.p = p + t * d * r,
                                .p_stride = 0,
                                .v = v + (e0 * planes + t) * d,
@@ -208,35 +227,78 @@ void ProjectVector(int64_t lanes, const double* p, const float* v,
 
 void ProjectAvx2(const double* p, const float* v, int64_t tokens,
                  int64_t planes, int64_t d, int64_t r, float* out) {
-  ProjectVector<Pick256>(4, p, v, tokens, planes, d, r, out);
+  ProjectVector<Isa256<float>::Pick>(4, p, v, tokens, planes, d, r, out);
+}
+
+void ProjectAvx2(const double* p, const double* v, int64_t tokens,
+                 int64_t planes, int64_t d, int64_t r, float* out) {
+  ProjectVector<Isa256<double>::Pick>(4, p, v, tokens, planes, d, r, out);
 }
 
 void ProjectAvx512(const double* p, const float* v, int64_t tokens,
                    int64_t planes, int64_t d, int64_t r, float* out) {
-  ProjectVector<Pick512>(8, p, v, tokens, planes, d, r, out);
+  ProjectVector<Isa512<float>::Pick>(8, p, v, tokens, planes, d, r, out);
+}
+
+void ProjectAvx512(const double* p, const double* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out) {
+  ProjectVector<Isa512<double>::Pick>(8, p, v, tokens, planes, d, r, out);
 }
 
 #endif  // __x86_64__
 
-ProjectFn BestProject() {
+namespace {
+
+enum class Isa { kScalar, kAvx2, kAvx512 };
+
+Isa BestIsa() {
 #if defined(__x86_64__)
-  static const ProjectFn best = __builtin_cpu_supports("avx512f")
-                                    ? &ProjectAvx512
-                                    : __builtin_cpu_supports("avx2")
-                                          ? &ProjectAvx2
-                                          : &ProjectScalar;
+  static const Isa best = __builtin_cpu_supports("avx512f") ? Isa::kAvx512
+                          : __builtin_cpu_supports("avx2") ? Isa::kAvx2
+                                                           : Isa::kScalar;
   return best;
 #else
-  return &ProjectScalar;
+  return Isa::kScalar;
 #endif
 }
 
-const char* BestProjectName() {
+}  // namespace
+
+ProjectFn BestProject() {
+  switch (BestIsa()) {
 #if defined(__x86_64__)
-  if (BestProject() == &ProjectAvx512) return "avx512";
-  if (BestProject() == &ProjectAvx2) return "avx2";
+    case Isa::kAvx512:
+      return static_cast<ProjectFn>(&ProjectAvx512);
+    case Isa::kAvx2:
+      return static_cast<ProjectFn>(&ProjectAvx2);
 #endif
-  return "scalar";
+    default:
+      return static_cast<ProjectFn>(&ProjectScalar);
+  }
+}
+
+ProjectSumsFn BestProjectSums() {
+  switch (BestIsa()) {
+#if defined(__x86_64__)
+    case Isa::kAvx512:
+      return static_cast<ProjectSumsFn>(&ProjectAvx512);
+    case Isa::kAvx2:
+      return static_cast<ProjectSumsFn>(&ProjectAvx2);
+#endif
+    default:
+      return static_cast<ProjectSumsFn>(&ProjectScalar);
+  }
+}
+
+const char* BestProjectName() {
+  switch (BestIsa()) {
+    case Isa::kAvx512:
+      return "avx512";
+    case Isa::kAvx2:
+      return "avx2";
+    default:
+      return "scalar";
+  }
 }
 
 }  // namespace entrokv::internal

@@ -17,25 +17,35 @@
 
 namespace entrokv::internal {
 
-// p: planes × d × r doubles; v: tokens × planes × d floats; out: tokens ×
-// planes × r floats.
+// p: planes × d × r doubles; v: tokens × planes × d floats (keys) or doubles
+// (the sketcher's query sums); out: tokens × planes × r floats.
 using ProjectFn = void (*)(const double* p, const float* v, int64_t tokens,
                            int64_t planes, int64_t d, int64_t r, float* out);
+using ProjectSumsFn = void (*)(const double* p, const double* v,
+                               int64_t tokens, int64_t planes, int64_t d,
+                               int64_t r, float* out);
 
 void ProjectScalar(const double* p, const float* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out);
+void ProjectScalar(const double* p, const double* v, int64_t tokens,
                    int64_t planes, int64_t d, int64_t r, float* out);
 
 #if defined(__x86_64__)
 // REQUIRES: the CPU has AVX2 (resp. AVX-512F).
 void ProjectAvx2(const double* p, const float* v, int64_t tokens,
                  int64_t planes, int64_t d, int64_t r, float* out);
+void ProjectAvx2(const double* p, const double* v, int64_t tokens,
+                 int64_t planes, int64_t d, int64_t r, float* out);
 void ProjectAvx512(const double* p, const float* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out);
+void ProjectAvx512(const double* p, const double* v, int64_t tokens,
                    int64_t planes, int64_t d, int64_t r, float* out);
 #endif
 
-// The fastest version this CPU runs, and its name ("avx512", "avx2",
-// "scalar").
+// The fastest version this CPU runs, of either form, and its name
+// ("avx512", "avx2", "scalar").
 ProjectFn BestProject();
+ProjectSumsFn BestProjectSums();
 const char* BestProjectName();
 
 }  // namespace entrokv::internal

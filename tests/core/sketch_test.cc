@@ -120,8 +120,10 @@ TEST(SketcherTest, ProjectsKeysAndQueriesLikeANaiveProduct) {
 // one to a naive double product rounded to float, for column counts that are
 // and are not multiples of the vector width, plane counts that are and are
 // not multiples of the planes interleaved (one token), and token counts that
-// are and are not multiples of the tokens sharing a matrix (several).
-TEST(SketcherTest, VectorProjectionsAreBitIdenticalToTheScalarOne) {
+// are and are not multiples of the tokens sharing a matrix (several); with
+// float vectors (keys) and double ones (the sketcher's query sums).
+template <typename V>
+void ExpectVectorProjectionsAreBitIdenticalToTheScalarOne() {
   std::mt19937 rng(3);
   std::normal_distribution<double> normal;
   for (int64_t tokens : {1, 2, 5, 8}) {
@@ -129,17 +131,18 @@ TEST(SketcherTest, VectorProjectionsAreBitIdenticalToTheScalarOne) {
       for (int64_t d : {1, 8, 128}) {
         for (int64_t r : {1, 3, 4, 8, 15, 16, 17, 33, 64, 100}) {
           std::vector<double> p(static_cast<size_t>(planes * d * r));
-          std::vector<float> v(static_cast<size_t>(tokens * planes * d));
+          std::vector<V> v(static_cast<size_t>(tokens * planes * d));
           for (double& x : p) x = normal(rng);
-          for (float& x : v) x = static_cast<float>(normal(rng) * 3.0);
-          const std::string where = absl::StrCat(tokens, " tokens, ", planes,
-                                                 " planes, d ", d, ", r ", r);
+          for (V& x : v) x = static_cast<V>(normal(rng) * 3.0);
+          const std::string where = absl::StrCat(
+              sizeof(V) == 4 ? "float" : "double", " vectors, ", tokens,
+              " tokens, ", planes, " planes, d ", d, ", r ", r);
           std::vector<float> scalar(static_cast<size_t>(tokens * planes * r));
           internal::ProjectScalar(p.data(), v.data(), tokens, planes, d, r,
                                   scalar.data());
           for (int64_t e = 0; e < tokens; ++e) {
             for (int64_t t = 0; t < planes; ++t) {
-              const float* vt = v.data() + (e * planes + t) * d;
+              const V* vt = v.data() + (e * planes + t) * d;
               for (int64_t c = 0; c < r; ++c) {
                 double naive = 0.0;
                 for (int64_t j = 0; j < d; ++j) {
@@ -170,6 +173,11 @@ TEST(SketcherTest, VectorProjectionsAreBitIdenticalToTheScalarOne) {
       }
     }
   }
+}
+
+TEST(SketcherTest, VectorProjectionsAreBitIdenticalToTheScalarOne) {
+  ExpectVectorProjectionsAreBitIdenticalToTheScalarOne<float>();
+  ExpectVectorProjectionsAreBitIdenticalToTheScalarOne<double>();
   EXPECT_NE(std::string(internal::BestProjectName()), "");
 }
 
