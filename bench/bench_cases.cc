@@ -349,32 +349,31 @@ void BM_SketchQueries(benchmark::State& state) {
 BENCHMARK(BM_SketchQueries)->UseRealTime();
 
 // A decision step's queries on the CPU backend at the exact 8B shape (32
-// layers x 32 q heads x 128 in f16, 256 KB as sent): decoded, scaled and
-// summed per GQA group as the scoring kernels read them. Arg 0: the three
-// passes the backend made before (decode, scale in place, group sums);
-// Arg 1: internal::PrepareQueries, one pass; both write the sums only, as
-// an affinity (entropy) step does.
+// layers x 32 q heads x 128; Arg 0 the element type: 0 f32, 1 f16, 2 bf16):
+// decoded, scaled and summed per GQA group as the scoring kernels read them.
+// Arg 1 = 0: the three passes the backend made before (decode, scale in
+// place, group sums); 1: internal::PrepareQueries, one pass; both write the
+// sums only, as an affinity (entropy) step does.
 void BM_QueryPrep(benchmark::State& state) {
   constexpr int64_t kPlanes = int64_t{kModelLayers} * kKvHeads;
   constexpr int32_t kGroup = kQHeads / kKvHeads;
   constexpr int64_t kElements = kPlanes * kGroup * kHeadDim;
+  const ElementType type = static_cast<ElementType>(state.range(0));
   std::mt19937 rng(19);
   std::normal_distribution<float> normal(0.0f, 1.0f);
   std::vector<float> values(kElements);
   for (float& x : values) x = normal(rng);
-  std::vector<std::byte> sent(kElements * 2);
-  EncodeElements(ElementType::kF16, values.data(), kElements, sent.data());
+  std::vector<std::byte> sent(kElements * ElementSize(type));
+  EncodeElements(type, values.data(), kElements, sent.data());
   const float scale = 1.0f / std::sqrt(float(kHeadDim));
   std::vector<float> decoded(kElements), summed(kPlanes * kHeadDim);
-  const bool fused = state.range(0) == 1;
+  const bool fused = state.range(1) == 1;
   for (auto _ : state) {
     if (fused) {
-      internal::PrepareQueries(ElementType::kF16, sent.data(), kPlanes,
-                               kGroup, kHeadDim, scale, nullptr,
-                               summed.data());
+      internal::PrepareQueries(type, sent.data(), kPlanes, kGroup, kHeadDim,
+                               scale, nullptr, summed.data());
     } else {
-      DecodeElements(ElementType::kF16, sent.data(), kElements,
-                     decoded.data());
+      DecodeElements(type, sent.data(), kElements, decoded.data());
       for (float& q : decoded) q *= scale;
       summed.assign(summed.size(), 0.0f);
       for (int64_t lk = 0; lk < kPlanes; ++lk) {
@@ -391,7 +390,9 @@ void BM_QueryPrep(benchmark::State& state) {
   }
   state.SetBytesProcessed(int64_t(sent.size()) * state.iterations());
 }
-BENCHMARK(BM_QueryPrep)->Arg(0)->Arg(1)->UseRealTime();
+BENCHMARK(BM_QueryPrep)
+    ->ArgsProduct({{0, 1, 2}, {0, 1}})
+    ->UseRealTime();
 
 // ---------------------------------------------------------------------------
 // Shadow policies (issue #20 item 5): what a ShadowSet adds to each step of

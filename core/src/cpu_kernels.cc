@@ -98,22 +98,36 @@ bool HaveAvx2() {
   return have;
 }
 
-// PrepareQueries for f16 with dim % 8 == 0: eight elements at a time, each
-// group's sum kept in a register across its vectors. A multiply and then an
-// add, as in the scalar loop: the target has no FMA, so none can be fused.
-__attribute__((target("avx,f16c"))) void PrepareF16Queries(
+// Eight elements of `type` at `p` as floats (exact).
+template <ElementType kType>
+__attribute__((target("avx2,f16c"))) inline __m256 Load8(const std::byte* p) {
+  if constexpr (kType == ElementType::kF32) {
+    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
+  } else if constexpr (kType == ElementType::kF16) {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
+  } else {  // bf16: the float's upper half.
+    return _mm256_castsi256_ps(_mm256_slli_epi32(
+        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
+        16));
+  }
+}
+
+// PrepareQueries with dim % 8 == 0: eight elements at a time, each group's
+// sum kept in a register across its vectors. A multiply and then an add, as
+// in the scalar loop: the target has no FMA and the file is compiled with
+// -ffp-contract=off (core/CMakeLists.txt), so none can be fused.
+template <ElementType kType>
+__attribute__((target("avx2,f16c"))) void PrepareQueries8(
     const std::byte* bytes, int64_t groups, int32_t group, int64_t dim,
     float scale, float* scaled, float* summed) {
+  constexpr int64_t kSize = kType == ElementType::kF32 ? 4 : 2;
   const __m256 s = _mm256_set1_ps(scale);
   for (int64_t lk = 0; lk < groups; ++lk) {
     for (int64_t j = 0; j < dim; j += 8) {
       __m256 acc = _mm256_setzero_ps();
       for (int32_t g = 0; g < group; ++g) {
         const int64_t at = (lk * group + g) * dim + j;
-        const __m256 x = _mm256_mul_ps(
-            _mm256_cvtph_ps(_mm_loadu_si128(
-                reinterpret_cast<const __m128i*>(bytes + 2 * at))),
-            s);
+        const __m256 x = _mm256_mul_ps(Load8<kType>(bytes + kSize * at), s);
         if (scaled != nullptr) _mm256_storeu_ps(scaled + at, x);
         acc = _mm256_add_ps(acc, x);
       }
@@ -146,8 +160,18 @@ void PrepareQueries(ElementType type, const std::byte* bytes, int64_t groups,
                     int32_t group, int64_t dim, float scale, float* scaled,
                     float* summed) {
 #if defined(__x86_64__)
-  if (type == ElementType::kF16 && dim % 8 == 0 && HaveAvx2()) {
-    return PrepareF16Queries(bytes, groups, group, dim, scale, scaled, summed);
+  if (dim % 8 == 0 && HaveAvx2()) {
+    switch (type) {
+      case ElementType::kF32:
+        return PrepareQueries8<ElementType::kF32>(bytes, groups, group, dim,
+                                                  scale, scaled, summed);
+      case ElementType::kF16:
+        return PrepareQueries8<ElementType::kF16>(bytes, groups, group, dim,
+                                                  scale, scaled, summed);
+      case ElementType::kBf16:
+        return PrepareQueries8<ElementType::kBf16>(bytes, groups, group, dim,
+                                                   scale, scaled, summed);
+    }
   }
 #endif
   // Decoded a chunk at a time into a buffer that stays in L1, so that each

@@ -37,14 +37,15 @@ struct Case {
   int64_t groups;
   int32_t group;
   // 300: more than one of the scalar path's 256-element chunks, and not a
-  // multiple of the vector path's 8 (f16, with AVX2).
+  // multiple of the vector path's 8 (with AVX2): the scalar path.
   int64_t dim;
 };
 
 class PrepareQueriesTest : public ::testing::TestWithParam<Case> {
  protected:
   // Random queries in the case's type, with a negative zero at element 0
-  // (0.0f + -0.0f is +0.0f: a sum must start from 0.0f, not from q_0).
+  // (0.0f + -0.0f is +0.0f: a sum must start from 0.0f, not from q_0), and
+  // subnormals of f16 and of float at elements 1 to 3.
   std::vector<std::byte> Queries(uint32_t seed) const {
     const Case& c = GetParam();
     std::mt19937 rng(seed);
@@ -52,6 +53,9 @@ class PrepareQueriesTest : public ::testing::TestWithParam<Case> {
     std::vector<float> values(size_t(c.groups * c.group * c.dim));
     for (float& v : values) v = normal(rng);
     values[0] = -0.0f;
+    values[1] = 3e-6f;     // An f16 subnormal.
+    values[2] = -1e-7f;    // Another (f16 keeps about 6e-8 at the least).
+    values[3] = 1e-39f;    // A float subnormal (f32, bf16; 0 in f16).
     std::vector<std::byte> bytes(values.size() * ElementSize(c.type));
     EncodeElements(c.type, values.data(), values.size(), bytes.data());
     return bytes;
@@ -122,9 +126,12 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Values(Case{ElementType::kF16, 8, 4, 128},
                       Case{ElementType::kF16, 5, 1, 64},
                       Case{ElementType::kF16, 3, 1, 300},
+                      Case{ElementType::kF16, 3, 2, 300},
+                      Case{ElementType::kBf16, 4, 4, 64},
                       Case{ElementType::kBf16, 2, 8, 300},
                       Case{ElementType::kF32, 4, 4, 64},
-                      Case{ElementType::kF32, 2, 1, 16}),
+                      Case{ElementType::kF32, 2, 1, 16},
+                      Case{ElementType::kF32, 2, 3, 20}),
     [](const ::testing::TestParamInfo<Case>& info) {
       const Case& c = info.param;
       return absl::StrCat(std::string(ElementTypeName(c.type)), "_", c.groups, "x",
