@@ -1,5 +1,6 @@
 #include "server/health_service.h"
 
+#include <algorithm>
 #include <memory>
 #include <optional>
 #include <string>
@@ -221,11 +222,17 @@ void HealthService::RequestCalls(grpc::ServerCompletionQueue* queue,
   HealthWatch::Ask(this, queue, live);
 }
 
-void HealthService::SetServing(const std::string& service, bool serving) {
+void HealthService::SetServing(
+    std::initializer_list<std::string_view> services, bool serving) {
   absl::MutexLock lock(&mu_);
-  serving_[service] = serving;
+  for (std::string_view service : services) {
+    serving_[std::string(service)] = serving;
+  }
   for (HealthWatch* watch : watches_) {
-    if (watch->name() != service) continue;
+    if (std::find(services.begin(), services.end(), watch->name()) ==
+        services.end()) {
+      continue;
+    }
     watch->Send(serving ? HealthCheckResponse::SERVING
                         : HealthCheckResponse::NOT_SERVING,
                 /*end=*/false);

@@ -16,8 +16,10 @@
 #ifndef ENTROKV_SERVER_HEALTH_SERVICE_H_
 #define ENTROKV_SERVER_HEALTH_SERVICE_H_
 
+#include <initializer_list>
 #include <memory>
 #include <string>
+#include <string_view>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
@@ -43,9 +45,11 @@ class HealthService final
   // (CallPollers::RequestCalls).
   void RequestCalls(grpc::ServerCompletionQueue* queue, LiveCalls* live);
 
-  // Sets `service`'s status (and makes the name known); watchers of it are
-  // sent the new status.
-  void SetServing(const std::string& service, bool serving);
+  // Sets the status of each of `services` (and makes the names known) at
+  // once: no Check or Watch sees one of them changed and another not yet.
+  // Their watchers are then sent the new status.
+  void SetServing(std::initializer_list<std::string_view> services,
+                  bool serving);
 
   // Ends the Watch calls (see above).
   void EndWatches();

@@ -412,8 +412,7 @@ absl::StatusOr<std::unique_ptr<Server>> Server::Start(
   grpc::EnableDefaultHealthCheckService(false);
   for (HealthService* health :
        {&server->health_, &server->health_port_health_}) {
-    health->SetServing("", true);
-    health->SetServing(kServiceName, true);
+    health->SetServing({"", kServiceName}, true);
   }
   grpc::ServerBuilder builder;
   {
@@ -611,8 +610,9 @@ void Server::Shutdown(absl::Duration drain) {
     spdlog::info("shutting down: draining open streams for up to {}",
                  absl::FormatDuration(drain));
     for (HealthService* health : {&health_, &health_port_health_}) {
-      health->SetServing("", false);
-      health->SetServing(kServiceName, false);
+      // Both names at once: a watcher of one that sees NOT_SERVING finds
+      // the other so too.
+      health->SetServing({"", kServiceName}, false);
     }
     // A watcher of the API port has seen NOT_SERVING; it does not hold the
     // drain open.
