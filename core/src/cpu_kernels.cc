@@ -1,7 +1,10 @@
-// The scalar kernels and the run-time dispatch. The vector kernels are
+// The scalar kernels and the run-time dispatch. The scoring kernels are
 // written once in cpu_kernels_simd.h and compiled per ISA in
 // cpu_kernels_avx2.cc and cpu_kernels_avx512.cc; this file is compiled for the
-// baseline ISA and calls them only when the CPU has the ISA.
+// baseline ISA and calls them only when the CPU has the ISA. The exception is
+// the queries' one pass (PrepareQueries8), an AVX2 function here by target
+// attribute: those files are compiled with -mfma, under which its multiply
+// and add could be fused, and this one with -ffp-contract=off.
 
 #include "cpu_kernels.h"
 

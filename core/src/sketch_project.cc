@@ -262,33 +262,25 @@ Isa BestIsa() {
 #endif
 }
 
+// The version of either form (Fn: ProjectFn or ProjectSumsFn) for BestIsa().
+template <typename Fn>
+Fn Best() {
+  switch (BestIsa()) {
+#if defined(__x86_64__)
+    case Isa::kAvx512:
+      return static_cast<Fn>(&ProjectAvx512);
+    case Isa::kAvx2:
+      return static_cast<Fn>(&ProjectAvx2);
+#endif
+    default:
+      return static_cast<Fn>(&ProjectScalar);
+  }
+}
+
 }  // namespace
 
-ProjectFn BestProject() {
-  switch (BestIsa()) {
-#if defined(__x86_64__)
-    case Isa::kAvx512:
-      return static_cast<ProjectFn>(&ProjectAvx512);
-    case Isa::kAvx2:
-      return static_cast<ProjectFn>(&ProjectAvx2);
-#endif
-    default:
-      return static_cast<ProjectFn>(&ProjectScalar);
-  }
-}
-
-ProjectSumsFn BestProjectSums() {
-  switch (BestIsa()) {
-#if defined(__x86_64__)
-    case Isa::kAvx512:
-      return static_cast<ProjectSumsFn>(&ProjectAvx512);
-    case Isa::kAvx2:
-      return static_cast<ProjectSumsFn>(&ProjectAvx2);
-#endif
-    default:
-      return static_cast<ProjectSumsFn>(&ProjectScalar);
-  }
-}
+ProjectFn BestProject() { return Best<ProjectFn>(); }
+ProjectSumsFn BestProjectSums() { return Best<ProjectSumsFn>(); }
 
 const char* BestProjectName() {
   switch (BestIsa()) {
