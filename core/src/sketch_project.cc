@@ -5,6 +5,7 @@
 #include "sketch_project.h"
 
 #include <algorithm>
+#include <utility>
 
 #if defined(__x86_64__)
 #include <immintrin.h>
@@ -24,8 +25,8 @@ float Column(const double* p, const V* v, int64_t d, int64_t r, int64_t c) {
 }
 
 template <typename V>
-void ProjectScalarT(const double* p, const V* v, int64_t tokens,
-                    int64_t planes, int64_t d, int64_t r, float* out) {
+void ProjectScalarT(const double* p, const V* v, int64_t tokens, int64_t planes,
+                    int64_t d, int64_t r, float* out) {
   for (int64_t e = 0; e < tokens; ++e) {
     for (int64_t t = 0; t < planes; ++t) {
       for (int64_t c = 0; c < r; ++c) {
@@ -51,49 +52,51 @@ void ProjectScalar(const double* p, const double* v, int64_t tokens,
 #if defined(__x86_64__)
 namespace {
 
-// kRows rows × kVecs vectors of columns [c0, c0 + kVecs·lanes) advance
-// together over j: kRows·kVecs independent sums, enough to hide the add's
-// latency. Row g reads its vector at v + g·v_stride and writes at
-// out + g·out_stride; its matrix is at p + g·p_stride, or p for every row
-// when kShared (several tokens of one plane: each row of P is loaded once).
-// Each sum is one column's reference arithmetic.
+// kRows rows (tokens of one plane) × kVecs vectors of columns
+// [c0, c0 + kVecs·lanes) advance together over j: each row of the plane's
+// matrix P is loaded once for all kRows tokens. Row g reads its vector at
+// v + g·v_stride and writes at out + g·out_stride. Each sum is one column's
+// reference arithmetic.
 template <typename V>
 struct Rows {
   const double* p;
-  int64_t p_stride;  // Unused when kShared.
   const V* v;
   int64_t v_stride;
   float* out;
   int64_t out_stride;
 };
 
-template <int kRows, int kVecs, bool kShared, typename V>
+template <int kRows, int kVecs, typename V>
 __attribute__((target("avx512f"))) void Block512(const Rows<V>& a, int64_t d,
                                                  int64_t r, int64_t c0) {
   __m512d acc[kRows][kVecs];
+#pragma GCC unroll 8
   for (int g = 0; g < kRows; ++g) {
+#pragma GCC unroll 8
     for (int k = 0; k < kVecs; ++k) acc[g][k] = _mm512_setzero_pd();
   }
+  // Every loop over g and k is unrolled, so that acc stays in registers
+  // (GCC -O2 left a loop over k rolled, with acc on the stack: the adds then
+  // chained through memory, 2-7x slower).
   for (int64_t j = 0; j < d; ++j) {
-    __m512d shared[kVecs];
-    if constexpr (kShared) {
-      for (int k = 0; k < kVecs; ++k) {
-        shared[k] = _mm512_loadu_pd(a.p + j * r + c0 + 8 * k);
-      }
+    __m512d pj[kVecs];
+#pragma GCC unroll 8
+    for (int k = 0; k < kVecs; ++k) {
+      pj[k] = _mm512_loadu_pd(a.p + j * r + c0 + 8 * k);
     }
+#pragma GCC unroll 8
     for (int g = 0; g < kRows; ++g) {
       const __m512d vj =
           _mm512_set1_pd(static_cast<double>(a.v[g * a.v_stride + j]));
+#pragma GCC unroll 8
       for (int k = 0; k < kVecs; ++k) {
-        const __m512d pk =
-            kShared ? shared[k]
-                    : _mm512_loadu_pd(a.p + g * a.p_stride + j * r + c0 +
-                                      8 * k);
-        acc[g][k] = _mm512_add_pd(acc[g][k], _mm512_mul_pd(pk, vj));
+        acc[g][k] = _mm512_add_pd(acc[g][k], _mm512_mul_pd(pj[k], vj));
       }
     }
   }
+#pragma GCC unroll 8
   for (int g = 0; g < kRows; ++g) {
+#pragma GCC unroll 8
     for (int k = 0; k < kVecs; ++k) {
       // The masked form: the unmasked one reads an undefined pass-through.
       const __m256 rounded =
@@ -103,33 +106,34 @@ __attribute__((target("avx512f"))) void Block512(const Rows<V>& a, int64_t d,
   }
 }
 
-template <int kRows, int kVecs, bool kShared, typename V>
+template <int kRows, int kVecs, typename V>
 __attribute__((target("avx2"))) void Block256(const Rows<V>& a, int64_t d,
                                               int64_t r, int64_t c0) {
   __m256d acc[kRows][kVecs];
+#pragma GCC unroll 8
   for (int g = 0; g < kRows; ++g) {
+#pragma GCC unroll 8
     for (int k = 0; k < kVecs; ++k) acc[g][k] = _mm256_setzero_pd();
   }
   for (int64_t j = 0; j < d; ++j) {
-    __m256d shared[kVecs];
-    if constexpr (kShared) {
-      for (int k = 0; k < kVecs; ++k) {
-        shared[k] = _mm256_loadu_pd(a.p + j * r + c0 + 4 * k);
-      }
+    __m256d pj[kVecs];
+#pragma GCC unroll 8
+    for (int k = 0; k < kVecs; ++k) {
+      pj[k] = _mm256_loadu_pd(a.p + j * r + c0 + 4 * k);
     }
+#pragma GCC unroll 8
     for (int g = 0; g < kRows; ++g) {
       const __m256d vj =
           _mm256_set1_pd(static_cast<double>(a.v[g * a.v_stride + j]));
+#pragma GCC unroll 8
       for (int k = 0; k < kVecs; ++k) {
-        const __m256d pk =
-            kShared ? shared[k]
-                    : _mm256_loadu_pd(a.p + g * a.p_stride + j * r + c0 +
-                                      4 * k);
-        acc[g][k] = _mm256_add_pd(acc[g][k], _mm256_mul_pd(pk, vj));
+        acc[g][k] = _mm256_add_pd(acc[g][k], _mm256_mul_pd(pj[k], vj));
       }
     }
   }
+#pragma GCC unroll 8
   for (int g = 0; g < kRows; ++g) {
+#pragma GCC unroll 8
     for (int k = 0; k < kVecs; ++k) {
       _mm_storeu_ps(a.out + g * a.out_stride + c0 + 4 * k,
                     _mm256_cvtpd_ps(acc[g][k]));
@@ -140,85 +144,71 @@ __attribute__((target("avx2"))) void Block256(const Rows<V>& a, int64_t d,
 template <typename V>
 using BlockFn = void (*)(const Rows<V>&, int64_t, int64_t, int64_t);
 
-// Block<G, K, kShared, V> for G rows (1..4) and K vectors (1..4).
-template <template <int, int, bool> class Pick, bool kShared, typename V>
-BlockFn<V> Choose(int rows, int vecs) {
-  static constexpr BlockFn<V> kTable[4][4] = {
-      {Pick<1, 1, kShared>::kFn, Pick<1, 2, kShared>::kFn,
-       Pick<1, 3, kShared>::kFn, Pick<1, 4, kShared>::kFn},
-      {Pick<2, 1, kShared>::kFn, Pick<2, 2, kShared>::kFn,
-       Pick<2, 3, kShared>::kFn, Pick<2, 4, kShared>::kFn},
-      {Pick<3, 1, kShared>::kFn, Pick<3, 2, kShared>::kFn,
-       Pick<3, 3, kShared>::kFn, Pick<3, 4, kShared>::kFn},
-      {Pick<4, 1, kShared>::kFn, Pick<4, 2, kShared>::kFn,
-       Pick<4, 3, kShared>::kFn, Pick<4, 4, kShared>::kFn}};
+// Block<G, K, V> for G rows (1..kMaxRows) and K vectors (1..4).
+constexpr int kMaxRows = 4;
+template <template <int, int> class Pick, typename V, int... kG>
+BlockFn<V> ChooseIn(std::integer_sequence<int, kG...>, int rows, int vecs) {
+  static constexpr BlockFn<V> kTable[][4] = {
+      {Pick<kG + 1, 1>::kFn, Pick<kG + 1, 2>::kFn, Pick<kG + 1, 3>::kFn,
+       Pick<kG + 1, 4>::kFn}...};
   return kTable[rows - 1][vecs - 1];
+}
+template <template <int, int> class Pick, typename V>
+BlockFn<V> Choose(int rows, int vecs) {
+  return ChooseIn<Pick, V>(std::make_integer_sequence<int, kMaxRows>(), rows,
+                           vecs);
 }
 template <typename V>
 struct Isa512 {
-  template <int G, int K, bool S>
+  template <int G, int K>
   struct Pick {
-    static constexpr BlockFn<V> kFn = &Block512<G, K, S, V>;
+    static constexpr BlockFn<V> kFn = &Block512<G, K, V>;
   };
 };
 template <typename V>
 struct Isa256 {
-  template <int G, int K, bool S>
+  template <int G, int K>
   struct Pick {
-    static constexpr BlockFn<V> kFn = &Block256<G, K, S, V>;
+    static constexpr BlockFn<V> kFn = &Block256<G, K, V>;
   };
 };
 
-// Up to 4 rows (`a`) over every column: blocks of up to 4 vectors of
+// Up to kMaxRows rows (`a`) over every column: blocks of up to 4 vectors of
 // `lanes`, the columns past the last whole vector by the reference loop.
-template <template <int, int, bool> class Pick, bool kShared, typename V>
+template <template <int, int> class Pick, typename V>
 void ProjectRows(int64_t lanes, const Rows<V>& a, int rows, int64_t d,
                  int64_t r) {
   const int64_t whole = r / lanes * lanes;
   for (int64_t c0 = 0; c0 < whole; c0 += 4 * lanes) {
     const int vecs =
         static_cast<int>(std::min<int64_t>(4, (whole - c0) / lanes));
-    Choose<Pick, kShared, V>(rows, vecs)(a, d, r, c0);
+    Choose<Pick, V>(rows, vecs)(a, d, r, c0);
   }
   for (int g = 0; g < rows; ++g) {
     for (int64_t c = whole; c < r; ++c) {
-      a.out[g * a.out_stride + c] = Column(
-          a.p + (kShared ? 0 : g * a.p_stride), a.v + g * a.v_stride, d, r, c);
+      a.out[g * a.out_stride + c] = Column(a.p, a.v + g * a.v_stride, d, r, c);
     }
   }
 }
 
-// One token: planes in groups of 4. Several: plane by plane, tokens in
-// groups of 4 sharing the plane's matrix, which stays in L1 meanwhile.
-template <template <int, int, bool> class Pick, typename V>
-void ProjectVector(int64_t lanes, const double* p, const V* v,
-                   int64_t tokens, int64_t planes, int64_t d, int64_t r,
-                   float* out) {
-  if (tokens == 1) {
-    for (int64_t t0 = 0; t0 < planes; t0 += 4) {
-      const int rows = static_cast<int>(std::min<int64_t>(4, planes - t0));
-      ProjectRows<Pick, false, V>(lanes,
-                               {.p = p + t0 * d * r,
-                                .p_stride = d * r,
-                                .v = v + t0 * d,
-                                .v_stride = d,
-                                .out = out + t0 * r,
-                                .out_stride = r},
-                               rows, d, r);
-    }
-    return;
-  }
+// Plane by plane, its tokens in groups of up to kMaxRows sharing each row of
+// the plane's matrix, which stays in L1 meanwhile. One token is one row: its
+// planes one after another rather than interleaved, which measured faster
+// (one stream of P from L2 at a time; docs/performance.md).
+template <template <int, int> class Pick, typename V>
+void ProjectVector(int64_t lanes, const double* p, const V* v, int64_t tokens,
+                   int64_t planes, int64_t d, int64_t r, float* out) {
   for (int64_t t = 0; t < planes; ++t) {
-    for (int64_t e0 = 0; e0 < tokens; e0 += 4) {
-      const int rows = static_cast<int>(std::min<int64_t>(4, tokens - e0));
-      ProjectRows<Pick, true, V>(lanes,
-                              {.p = p + t * d * r,
-                               .p_stride = 0,
-                               .v = v + (e0 * planes + t) * d,
-                               .v_stride = planes * d,
-                               .out = out + (e0 * planes + t) * r,
-                               .out_stride = planes * r},
-                              rows, d, r);
+    for (int64_t e0 = 0; e0 < tokens; e0 += kMaxRows) {
+      const int rows =
+          static_cast<int>(std::min<int64_t>(kMaxRows, tokens - e0));
+      ProjectRows<Pick, V>(lanes,
+                           {.p = p + t * d * r,
+                            .v = v + (e0 * planes + t) * d,
+                            .v_stride = planes * d,
+                            .out = out + (e0 * planes + t) * r,
+                            .out_stride = planes * r},
+                           rows, d, r);
     }
   }
 }
@@ -254,8 +244,8 @@ enum class Isa { kScalar, kAvx2, kAvx512 };
 Isa BestIsa() {
 #if defined(__x86_64__)
   static const Isa best = __builtin_cpu_supports("avx512f") ? Isa::kAvx512
-                          : __builtin_cpu_supports("avx2") ? Isa::kAvx2
-                                                           : Isa::kScalar;
+                          : __builtin_cpu_supports("avx2")  ? Isa::kAvx2
+                                                            : Isa::kScalar;
   return best;
 #else
   return Isa::kScalar;

@@ -2,12 +2,12 @@
 // and plane (layer, kv head) t, out[t] = float(P[t]ᵀ v[t]) with P[t] a d × r
 // row-major double matrix (core/include/entrokv/core/sketch.h). A scalar
 // version and, on x86-64, AVX2 and AVX-512 versions, vectorised across the r
-// columns. One token interleaves four planes, so that their sums advance side
-// by side; several tokens go plane by plane, four tokens at a time sharing
-// each row of P, so that a plane's matrix is read from memory once per call
-// rather than once per token. Every version computes each column as the same
-// double operations in the same order (acc = 0; for j ascending:
-// acc = acc + P[j][c]·v[j], a multiply then an add, never fused; then rounded
+// columns. All go plane by plane, and the vector versions take a plane's
+// tokens four at a time, sharing each row of P, so that a plane's matrix is
+// read from memory once per call rather than once per token. Every version
+// computes each column as the same double operations in the same order
+// (acc = 0; for j ascending: acc = acc + P[j][c]·v[j], a multiply then an
+// add, never fused; then rounded
 // to float), so all are bit-identical. Pure functions, thread-safe.
 
 #ifndef ENTROKV_CORE_SRC_SKETCH_PROJECT_H_
@@ -21,9 +21,9 @@ namespace entrokv::internal {
 // (the sketcher's query sums); out: tokens × planes × r floats.
 using ProjectFn = void (*)(const double* p, const float* v, int64_t tokens,
                            int64_t planes, int64_t d, int64_t r, float* out);
-using ProjectSumsFn = void (*)(const double* p, const double* v,
-                               int64_t tokens, int64_t planes, int64_t d,
-                               int64_t r, float* out);
+using ProjectSumsFn = void (*)(const double* p, const double* v, int64_t tokens,
+                               int64_t planes, int64_t d, int64_t r,
+                               float* out);
 
 void ProjectScalar(const double* p, const float* v, int64_t tokens,
                    int64_t planes, int64_t d, int64_t r, float* out);

@@ -118,10 +118,10 @@ TEST(SketcherTest, ProjectsKeysAndQueriesLikeANaiveProduct) {
 
 // The vector projections are bit-identical to the scalar one, and the scalar
 // one to a naive double product rounded to float, for column counts that are
-// and are not multiples of the vector width, plane counts that are and are
-// not multiples of the planes interleaved (one token), and token counts that
-// are and are not multiples of the tokens sharing a matrix (several); with
-// float vectors (keys) and double ones (the sketcher's query sums).
+// and are not multiples of the vector width (and of the four vectors a block
+// holds), and token counts that are and are not multiples of the four tokens
+// sharing a matrix; with float vectors (keys) and double ones (the
+// sketcher's query sums).
 template <typename V>
 void ExpectVectorProjectionsAreBitIdenticalToTheScalarOne() {
   std::mt19937 rng(3);
