@@ -23,8 +23,8 @@ std::vector<double> DefaultProjection(uint64_t seed, int32_t model_layer,
     for (int64_t j = 0; j < d; ++j) {
       double g = 0.0;
       for (int m = 0; m < 12; ++m) {
-        g += static_cast<double>(rule::SplitMix64(base + t++) >> 11) *
-             0x1.0p-53;
+        g +=
+            static_cast<double>(rule::SplitMix64(base + t++) >> 11) * 0x1.0p-53;
       }
       p[j * r + c] = g - 6.0;
     }
@@ -125,37 +125,34 @@ void Sketcher::Queries(absl::Span<const float> in,
   }
   const int64_t d = shape_.head_dim;
   const int64_t r = shape_.vector_dim();
-  const int32_t group = shape_.group_size();
-  const bool sum = shape_.query_form == QueryForm::kGroupSum;
+  const int64_t group = shape_.group_size();
   const int64_t planes = int64_t{shape_.layers} * shape_.kv_heads;
-  const int32_t rows = sum ? 1 : group;  // Vectors out per plane.
-  out->resize(static_cast<size_t>(planes * rows * r));
-  // In double: each plane's group sum (kGroupSum), or each q head's query.
-  std::vector<double> v(static_cast<size_t>(planes * rows * d), 0.0);
-  for (int32_t l = 0; l < shape_.layers; ++l) {
-    for (int32_t kv = 0; kv < shape_.kv_heads; ++kv) {
-      const int64_t plane = int64_t{l} * shape_.kv_heads + kv;
-      for (int32_t h = 0; h < group; ++h) {
-        const float* q =
-            in.data() + ((int64_t{l} * shape_.q_heads) + kv * group + h) * d;
-        double* dst = v.data() + (plane * rows + (sum ? 0 : h)) * d;
-        for (int64_t j = 0; j < d; ++j) dst[j] += q[j];
-      }
+  // A plane's q heads are contiguous: (l · q_heads + kv · group + h) · d.
+  if (shape_.query_form == QueryForm::kPerHead) {  // Sketched (not identity_).
+    // Each q head's query is a token of its plane's matrix: the float form,
+    // the plane's heads sharing each row of P (sketch_project.h).
+    out->resize(static_cast<size_t>(planes * group * r));
+    const internal::ProjectFn project = internal::BestProject();
+    for (int64_t plane = 0; plane < planes; ++plane) {
+      project(matrices_.data() + plane * d * r, in.data() + plane * group * d,
+              group, 1, d, r, out->data() + plane * group * r);
     }
+    return;
   }
-  if (shape_.sketch_dim == 0) {  // Exact, group sums.
+  // Group sums, in double; a thread's scratch, so that a step allocates
+  // nothing once warm.
+  thread_local std::vector<double> v;
+  v.resize(static_cast<size_t>(planes * d));
+  internal::BestSumGroups()(in.data(), planes, group, d, v.data());
+  out->resize(static_cast<size_t>(planes * r));
+  if (shape_.sketch_dim == 0) {  // Exact.
     for (size_t i = 0; i < v.size(); ++i) {
       (*out)[i] = static_cast<float>(v[i]);
     }
     return;
   }
-  // A plane's rows share its matrix: the form of several tokens of a plane
-  // (sketch_project.h), bit-identical to one at a time.
-  const internal::ProjectSumsFn project = internal::BestProjectSums();
-  for (int64_t plane = 0; plane < planes; ++plane) {
-    project(matrices_.data() + plane * d * r, v.data() + plane * rows * d,
-            rows, 1, d, r, out->data() + plane * rows * r);
-  }
+  internal::BestProjectSums()(matrices_.data(), v.data(), 1, planes, d, r,
+                              out->data());
 }
 
 }  // namespace entrokv

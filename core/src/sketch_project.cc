@@ -49,6 +49,20 @@ void ProjectScalar(const double* p, const double* v, int64_t tokens,
   ProjectScalarT(p, v, tokens, planes, d, r, out);
 }
 
+void SumGroupsScalar(const float* q, int64_t vectors, int64_t group, int64_t d,
+                     double* out) {
+  for (int64_t i = 0; i < vectors; ++i) {
+    double* dst = out + i * d;
+    for (int64_t j = 0; j < d; ++j) dst[j] = 0.0;
+    for (int64_t h = 0; h < group; ++h) {
+      const float* src = q + (i * group + h) * d;
+      for (int64_t j = 0; j < d; ++j) {
+        dst[j] = dst[j] + static_cast<double>(src[j]);
+      }
+    }
+  }
+}
+
 #if defined(__x86_64__)
 namespace {
 
@@ -235,6 +249,32 @@ void ProjectAvx512(const double* p, const double* v, int64_t tokens,
   ProjectVector<Isa512<double>::Pick>(8, p, v, tokens, planes, d, r, out);
 }
 
+__attribute__((target("avx2"))) void SumGroupsAvx2(const float* q,
+                                                   int64_t vectors,
+                                                   int64_t group, int64_t d,
+                                                   double* out) {
+  const int64_t whole = d / 4 * 4;
+  for (int64_t i = 0; i < vectors; ++i) {
+    const float* src = q + i * group * d;
+    double* dst = out + i * d;
+    for (int64_t j = 0; j < whole; j += 4) {
+      __m256d acc = _mm256_setzero_pd();
+      for (int64_t h = 0; h < group; ++h) {
+        acc =
+            _mm256_add_pd(acc, _mm256_cvtps_pd(_mm_loadu_ps(src + h * d + j)));
+      }
+      _mm256_storeu_pd(dst + j, acc);
+    }
+    for (int64_t j = whole; j < d; ++j) {
+      double acc = 0.0;
+      for (int64_t h = 0; h < group; ++h) {
+        acc = acc + static_cast<double>(src[h * d + j]);
+      }
+      dst[j] = acc;
+    }
+  }
+}
+
 #endif  // __x86_64__
 
 namespace {
@@ -271,6 +311,13 @@ Fn Best() {
 
 ProjectFn BestProject() { return Best<ProjectFn>(); }
 ProjectSumsFn BestProjectSums() { return Best<ProjectSumsFn>(); }
+
+SumGroupsFn BestSumGroups() {
+#if defined(__x86_64__)
+  if (BestIsa() != Isa::kScalar) return &SumGroupsAvx2;
+#endif
+  return &SumGroupsScalar;
+}
 
 const char* BestProjectName() {
   switch (BestIsa()) {

@@ -42,10 +42,25 @@ void ProjectAvx512(const double* p, const double* v, int64_t tokens,
                    int64_t planes, int64_t d, int64_t r, float* out);
 #endif
 
-// The fastest version this CPU runs, of either form, and its name
+// The sketcher's group sums: out[i·d + j] = Σ_{h < group} double(q[(i·group
+// + h)·d + j]) for i < vectors, each summed from 0.0 in h order (so -0 sums
+// to +0). The AVX2 version takes four j at a time, the same operations per
+// element, so it is bit-identical to the scalar one.
+using SumGroupsFn = void (*)(const float* q, int64_t vectors, int64_t group,
+                             int64_t d, double* out);
+void SumGroupsScalar(const float* q, int64_t vectors, int64_t group, int64_t d,
+                     double* out);
+#if defined(__x86_64__)
+// REQUIRES: the CPU has AVX2.
+void SumGroupsAvx2(const float* q, int64_t vectors, int64_t group, int64_t d,
+                   double* out);
+#endif
+
+// The fastest version this CPU runs, of each form, and the projections' name
 // ("avx512", "avx2", "scalar").
 ProjectFn BestProject();
 ProjectSumsFn BestProjectSums();
+SumGroupsFn BestSumGroups();
 const char* BestProjectName();
 
 }  // namespace entrokv::internal

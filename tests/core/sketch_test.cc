@@ -4,8 +4,10 @@
 
 #include "entrokv/core/sketch.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <string>
 #include <vector>
@@ -179,6 +181,109 @@ TEST(SketcherTest, VectorProjectionsAreBitIdenticalToTheScalarOne) {
   ExpectVectorProjectionsAreBitIdenticalToTheScalarOne<float>();
   ExpectVectorProjectionsAreBitIdenticalToTheScalarOne<double>();
   EXPECT_NE(std::string(internal::BestProjectName()), "");
+}
+
+// Sketcher::Queries bit for bit against the reference arithmetic written out
+// here: per head, acc = 0; acc = acc + P[j][c]·double(q[j]) for j ascending,
+// rounded to float; group sums, Σ_h double(q_h[j]) from 0.0 in h order, then
+// the same product. Head dims that are and are not multiples of the vector
+// widths, groups of 1 to 5; queries with -0 and float subnormals.
+TEST(SketcherTest, QueriesAreTheReferenceArithmeticBitForBit) {
+  std::mt19937 rng(5);
+  std::normal_distribution<float> normal;
+  for (QueryForm form : {QueryForm::kPerHead, QueryForm::kGroupSum}) {
+    for (int32_t d : {6, 16, 128}) {
+      for (int32_t group : {1, 3, 4, 5}) {
+        SessionConfig config = SketchConfig(d > 8 ? 16 : 3);
+        config.shape.head_dim = d;
+        config.shape.q_heads = 2 * group;
+        config.shape.query_form = form;
+        auto sketcher = Sketcher::Create(config);
+        ASSERT_TRUE(sketcher.ok()) << sketcher.status();
+        const int32_t r = config.shape.sketch_dim;
+        std::vector<float> q(sketcher->full_query_elements());
+        for (size_t i = 0; i < q.size(); ++i) {
+          q[i] = i % 11 == 0  ? -0.0f
+                 : i % 7 == 0 ? 1e-40f * float(i % 5 + 1)
+                              : normal(rng);
+        }
+        std::vector<float> got;
+        sketcher->Queries(q, &got);
+        const int rows = form == QueryForm::kPerHead ? group : 1;
+        ASSERT_EQ(got.size(), size_t(2 * 2 * rows * r));
+        const std::string where = absl::StrCat(
+            form == QueryForm::kPerHead ? "per head" : "group sums", ", d ", d,
+            ", group ", group);
+        for (int l = 0; l < 2; ++l) {
+          for (int g = 0; g < 2; ++g) {
+            const std::vector<double> p = DefaultProjection(3, l, g, d, r);
+            for (int row = 0; row < rows; ++row) {
+              std::vector<double> v(d, 0.0);
+              for (int h = 0; h < group; ++h) {
+                if (form == QueryForm::kPerHead && h != row) continue;
+                const float* qh = q.data() + ((l * 2 + g) * group + h) * d;
+                for (int j = 0; j < d; ++j) v[j] = v[j] + double(qh[j]);
+              }
+              for (int c = 0; c < r; ++c) {
+                double acc = 0.0;
+                for (int j = 0; j < d; ++j) {
+                  const double term = p[j * r + c] * v[j];
+                  acc = acc + term;
+                }
+                ASSERT_EQ(got[(((l * 2 + g) * rows) + row) * r + c], float(acc))
+                    << where << ", plane " << l * 2 + g << ", row " << row
+                    << ", column " << c;
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+}
+
+// The group sums' versions against the reference written out, bit for bit
+// (a double sum of floats is exact far from overflow, so the order test is
+// the -0 start: 0.0 + -0.0 is +0).
+TEST(SketcherTest, GroupSumVersionsAreBitIdenticalToTheReference) {
+  std::mt19937 rng(9);
+  std::normal_distribution<float> normal;
+  for (int64_t d : {1, 3, 4, 8, 13, 128}) {
+    for (int64_t group : {1, 2, 4, 5}) {
+      const int64_t vectors = 3;
+      std::vector<float> q(static_cast<size_t>(vectors * group * d));
+      for (size_t i = 0; i < q.size(); ++i) {
+        q[i] = i % 3 == 0 ? -0.0f : normal(rng) * 1e3f;
+      }
+      std::vector<double> want(static_cast<size_t>(vectors * d));
+      for (int64_t i = 0; i < vectors; ++i) {
+        for (int64_t j = 0; j < d; ++j) {
+          double acc = 0.0;
+          for (int64_t h = 0; h < group; ++h) {
+            acc = acc + double(q[(i * group + h) * d + j]);
+          }
+          want[i * d + j] = acc;
+        }
+      }
+      const auto same_bits = [](const std::vector<double>& a,
+                                const std::vector<double>& b) {
+        return a.size() == b.size() &&
+               std::memcmp(a.data(), b.data(), a.size() * sizeof(double)) == 0;
+      };
+      std::vector<double> got(want.size(), 7.0);
+      internal::SumGroupsScalar(q.data(), vectors, group, d, got.data());
+      EXPECT_TRUE(same_bits(got, want))
+          << "scalar, d " << d << ", group " << group;
+#if defined(__x86_64__)
+      if (__builtin_cpu_supports("avx2")) {
+        std::fill(got.begin(), got.end(), 7.0);
+        internal::SumGroupsAvx2(q.data(), vectors, group, d, got.data());
+        EXPECT_TRUE(same_bits(got, want))
+            << "avx2, d " << d << ", group " << group;
+      }
+#endif
+    }
+  }
 }
 
 TEST(SketcherTest, GroupSumAddsEachGroupsQueries) {
