@@ -10,7 +10,7 @@ them) and no fused multiply-add is involved.
 from __future__ import annotations
 
 import functools
-from typing import List, Optional
+from typing import Optional
 
 import numpy as np
 
@@ -77,12 +77,18 @@ def default_projection(seed: int, model_layer: int, kv_head: int,
 
 
 def _project(p: np.ndarray, v: np.ndarray) -> np.ndarray:
-    """v [..., d] (float64) -> [..., r] float32: acc[c] += p[j][c] * v[j] for
-    j ascending, in double, then rounded to float (sketch.cc Project)."""
-    d, r = p.shape
+    """p [planes, d, r], v [..., planes, rows, d] (float64) -> [..., planes,
+    rows, r] float32: acc[c] = acc[c] + p[j][c] * v[j] for j ascending, a
+    multiply then an add in double, then rounded to float: the arithmetic of
+    sketch_project.h, bit for bit. One numpy step per j covers every plane,
+    row and token; a matmul would be faster still but sums in its own order
+    (and may fuse), which would break the bit-identity with C++."""
+    d, r = p.shape[1], p.shape[2]
     acc = np.zeros(v.shape[:-1] + (r,), np.float64)
+    term = np.empty_like(acc)
     for j in range(d):
-        acc += p[j] * v[..., j:j + 1]
+        np.multiply(p[:, None, j, :], v[..., j, None], out=term)
+        acc += term
     return acc.astype(np.float32)
 
 
@@ -94,7 +100,8 @@ class Sketcher:
         self.shape = config.shape
         s = config.shape
         self.identity = s.sketch_dim == 0 and s.query_form == "per_head"
-        self._matrices: List[np.ndarray] = []  # Per (layer, kv head): d x r.
+        # [plane = layer * kv_heads + kv head][j][c], float64.
+        self._matrices = np.zeros((0, 0, 0), np.float64)
         if s.sketch_dim == 0:
             if projection is not None and np.asarray(projection).size:
                 raise invalid("projection: matrices given for an exact "
@@ -110,14 +117,15 @@ class Sketcher:
             bad = np.flatnonzero(~np.isfinite(m))
             if bad.size:
                 raise invalid(f"projection: non-finite element {int(bad[0])}")
-            m = m.astype(np.float64).reshape(planes, d, r)
-            self._matrices = [m[i] for i in range(planes)]
+            self._matrices = m.astype(np.float64).reshape(planes, d, r)
             return
+        matrices = []
         for l in range(s.layers):
             layer = config.scored_layers[l] if config.scored_layers else l
             for g in range(s.kv_heads):
-                self._matrices.append(
+                matrices.append(
                     default_projection(config.projection_seed, layer, g, d, r))
+        self._matrices = np.stack(matrices)
 
     def keys(self, keys: np.ndarray, n: int) -> np.ndarray:
         """float32 [n][layer][kv][head_dim] (flat) -> [n][layer][kv][r]."""
@@ -125,11 +133,8 @@ class Sketcher:
         if s.sketch_dim == 0:
             return keys
         planes = s.layers * s.kv_heads
-        v = keys.reshape(n, planes, s.head_dim).astype(np.float64)
-        out = np.empty((n, planes, s.sketch_dim), np.float32)
-        for pl in range(planes):
-            out[:, pl, :] = _project(self._matrices[pl], v[:, pl, :])
-        return out.reshape(-1)
+        v = keys.reshape(n, planes, 1, s.head_dim).astype(np.float64)
+        return _project(self._matrices, v).reshape(-1)
 
     def queries(self, queries: np.ndarray) -> np.ndarray:
         """float32 [layer][q_head][head_dim] (flat) -> the wire form."""
@@ -147,8 +152,5 @@ class Sketcher:
             v = q.astype(np.float64)
         if not sketched:
             return v.astype(np.float32).reshape(-1)
-        out = np.empty(v.shape[:3] + (s.sketch_dim,), np.float32)
-        for l in range(s.layers):
-            for kv in range(s.kv_heads):
-                out[l, kv] = _project(self._matrices[l * s.kv_heads + kv], v[l, kv])
-        return out.reshape(-1)
+        planes = s.layers * s.kv_heads
+        return _project(self._matrices, v.reshape(planes, -1, d)).reshape(-1)
