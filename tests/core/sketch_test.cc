@@ -304,6 +304,43 @@ TEST(SketcherTest, GroupSumAddsEachGroupsQueries) {
                       queries[(l * 4 + 2 * g + 1) * 8 + j]);
 }
 
+// The order of the sum over j, which random inputs cannot show (another
+// order moves a double's last bits, which the rounding to float hides): with
+// a matrix of ones, a vector (1e20, -1e20, 1, 0, ...) sums to 1 in the
+// documented order (j ascending, from 0.0) and to 0 in reverse or pairwise.
+// Keys of 5 tokens (a block of four and one more), per-head queries (a
+// plane's 3 heads sharing its matrix) and group sums (2 · the vector).
+TEST(SketcherTest, SumsEachColumnInTheOrderOfItsRows) {
+  for (QueryForm form : {QueryForm::kPerHead, QueryForm::kGroupSum}) {
+    SessionConfig config = SketchConfig(16);
+    config.shape.q_heads = 2 * (form == QueryForm::kPerHead ? 3 : 2);
+    config.shape.head_dim = 16;
+    config.shape.query_form = form;
+    const int64_t planes = 2 * 2, d = 16, r = 16;
+    auto sketcher =
+        Sketcher::Create(config, std::vector<float>(planes * d * r, 1.0f));
+    ASSERT_TRUE(sketcher.ok()) << sketcher.status();
+    const auto fill = [&](int64_t vectors) {
+      std::vector<float> v(static_cast<size_t>(vectors * d), 0.0f);
+      for (int64_t i = 0; i < vectors; ++i) {
+        v[i * d] = 1e20f;
+        v[i * d + 1] = -1e20f;
+        v[i * d + 2] = 1.0f;
+      }
+      return v;
+    };
+    std::vector<float> out;
+    sketcher->Keys(fill(5 * planes), 5, &out);
+    EXPECT_THAT(out, ::testing::Each(1.0f));
+    EXPECT_EQ(out.size(), size_t(5 * planes * r));
+    sketcher->Queries(fill(int64_t{2} * config.shape.q_heads), &out);
+    EXPECT_THAT(out,
+                ::testing::Each(form == QueryForm::kPerHead ? 1.0f : 2.0f));
+    EXPECT_EQ(out.size(),
+              size_t(planes * (form == QueryForm::kPerHead ? 3 : 1) * r));
+  }
+}
+
 TEST(SketcherTest, RejectsEngineMatricesOfTheWrongSize) {
   auto sketcher = Sketcher::Create(SketchConfig(3), std::vector<float>(5));
   EXPECT_THAT(std::string(sketcher.status().message()),

@@ -85,6 +85,28 @@ def test_sketch_bit_identical_to_cpp(projection_dump, seed, layers, kv, qh, d, r
     assert np.array_equal(s.queries(queries).view(np.uint32), q)
 
 
+@pytest.mark.parametrize("group_sum", [False, True])
+def test_sketch_sums_each_column_in_row_order(group_sum):
+    """The order of the sum over j, which random vectors cannot show (another
+    order moves a double's last bits, hidden by the rounding to float): with a
+    matrix of ones, (1e20, -1e20, 1, 0, ...) sums to 1 in the documented order
+    (j ascending, from 0.0) and to 0 in reverse or pairwise. Group sums add
+    two such heads: 2."""
+    d = r = 16
+    config = entrokv.SessionConfig(
+        shape=Shape(layers=2, kv_heads=2, q_heads=4, head_dim=d, sketch_dim=r,
+                    query_form="group_sum" if group_sum else "per_head"),
+        ranking="window")
+    s = entrokv.Sketcher(config, projection=np.ones(2 * 2 * d * r, np.float32))
+    v = np.zeros((12, d), np.float32)
+    v[:, :3] = [1e20, -1e20, 1.0]
+    keys = s.keys(v[:3 * 4].reshape(-1), 3)
+    assert keys.shape == (3 * 4 * r,) and np.all(keys == 1.0)
+    queries = s.queries(v[:8].reshape(-1))
+    assert queries.shape == ((4 if group_sum else 8) * r,)
+    assert np.all(queries == (2.0 if group_sum else 1.0))
+
+
 def test_default_scored_layers():
     assert entrokv.default_scored_layers(32) == [4, 12, 20, 28]
     assert entrokv.default_scored_layers(3) == [0, 1, 2]
