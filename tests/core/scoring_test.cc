@@ -109,7 +109,7 @@ TEST_P(RandomShapeScoringTest, MatchesTheNaiveReferenceStepAfterStep) {
   ASSERT_OK_AND_ASSIGN(auto backend, CreateBackend(BackendKind::kCpu));
   ASSERT_OK_AND_ASSIGN(auto session, backend->CreateSession(config, {}));
 
-  std::vector<uint64_t> live;              // Append order.
+  std::vector<uint64_t> live;  // Append order.
   std::map<uint64_t, std::vector<float>> keys;
   uint64_t next_slot = 5000;
   const int appends[] = {24, 1, 3, 0, 1, 9, 1, 1, 30, 2};
@@ -180,7 +180,8 @@ TEST(ScoringTest, KeysAreScoredAsRoundedToTheElementType) {
   // 1 + 2^-11 is stored as 1.0 in f16 and bf16: the score uses the rounded
   // key. Query √2 · (1, 0) -> z = key[0] as stored.
   for (ElementType type : {ElementType::kF16, ElementType::kBf16}) {
-    SessionConfig config = TinyConfig(Ranking::kWindow, BudgetControl::kFixed, 4);
+    SessionConfig config =
+        TinyConfig(Ranking::kWindow, BudgetControl::kFixed, 4);
     config.shape.element_type = type;
     TinySession session(config);
     session.Append(1, 1.0f + std::ldexp(1.0f, -11), 0).Append(2, 3.0f, 0);
@@ -192,6 +193,36 @@ TEST(ScoringTest, KeysAreScoredAsRoundedToTheElementType) {
     EXPECT_NEAR(session.trace().mean_logit[0], q / std::sqrt(2.0), 1e-6)
         << ElementTypeName(type);
     EXPECT_NEAR(session.trace().mean_logit[1], 3 * q / std::sqrt(2.0), 1e-6);
+  }
+}
+
+// Every key comes across whole when the store grows, here from 1000 entries
+// of 16 KiB (d = 4096, f32) to 2000 (31 MiB). Key i holds i in its first and
+// last elements, and the query 32 · (e_0 + e_4095) scaled by 1/√4096 makes
+// z_i = 0.5 i + 0.5 i = i, exact in float.
+TEST(ScoringTest, KeysSurviveTheStoresGrowth) {
+  SessionConfig config =
+      TinyConfig(Ranking::kWindow, BudgetControl::kFixed, 4000);
+  config.shape.head_dim = 4096;
+  TinySession session(config);
+  const auto key = [](int i) {
+    std::vector<float> k(4096, 0.0f);
+    k.front() = float(i);
+    k.back() = float(i);
+    return k;
+  };
+  std::vector<float> query(4096, 0.0f);
+  query.front() = 32.0f;
+  query.back() = 32.0f;
+  for (int i = 0; i < 1000; ++i) session.AppendKey(100 + i, key(i));
+  session.StepWithQuery(query);
+  for (int i = 1000; i < 1200; ++i) session.AppendKey(100 + i, key(i));
+  session.StepWithQuery(query);
+  ASSERT_EQ(session.trace().mean_logit.size(), 1200u);
+  for (int i = 0; i < 1200; ++i) {
+    ASSERT_EQ(session.trace().mean_logit.at(session.TraceIndex(100 + i)),
+              double(i))
+        << "entry " << i;
   }
 }
 
