@@ -30,6 +30,30 @@ __attribute__((target("avx,f16c"))) void DecodeF16F16c(const std::byte* src,
 }
 
 // CPUID.1:ECX.F16C; clang before 16 has no "f16c" for __builtin_cpu_supports.
+// A bf16 is the top half of a float: each element shifted into place, eight
+// at a time, the same bits as Bf16ToFloat (the scalar loop took 4.8 us for a
+// token's 4096 keys at the 8B sketched shape, more than projecting them).
+__attribute__((target("avx2"))) void DecodeBf16Avx2(const std::byte* src,
+                                                    size_t count, float* dst) {
+  size_t i = 0;
+  for (; i + 8 <= count; i += 8) {
+    const __m256i widened = _mm256_cvtepu16_epi32(
+        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
+    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
+                        _mm256_slli_epi32(widened, 16));
+  }
+  for (; i < count; ++i) {
+    uint16_t bits;
+    std::memcpy(&bits, src + 2 * i, 2);
+    dst[i] = Bf16ToFloat(bits);
+  }
+}
+
+bool HaveAvx2() {
+  static const bool have = __builtin_cpu_supports("avx2");
+  return have;
+}
+
 bool HaveF16c() {
   static const bool have = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
@@ -157,6 +181,9 @@ void DecodeElements(ElementType type, const std::byte* src, size_t count,
       }
       return;
     case ElementType::kBf16:
+#if defined(__x86_64__)
+      if (HaveAvx2()) return DecodeBf16Avx2(src, count, dst);
+#endif
       for (size_t i = 0; i < count; ++i) {
         uint16_t bits;
         std::memcpy(&bits, src + 2 * i, 2);

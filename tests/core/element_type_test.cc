@@ -2,6 +2,8 @@
 // against an independent nearest-value reference (ties to even, overflow to
 // Inf), and the little-endian buffer codecs.
 
+#include "entrokv/core/element_type.h"
+
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -11,7 +13,6 @@
 #include <limits>
 #include <vector>
 
-#include "entrokv/core/element_type.h"
 #include "gtest/gtest.h"
 
 namespace entrokv {
@@ -55,16 +56,23 @@ uint16_t ReferenceRound(float x, uint16_t max_finite, double inf_value,
     uint32_t lo = 0, hi = max_finite;
     while (lo < hi) {
       const uint32_t mid = (lo + hi + 1) / 2;
-      if (value(uint16_t(mid)) <= a) lo = mid; else hi = mid - 1;
+      if (value(uint16_t(mid)) <= a)
+        lo = mid;
+      else
+        hi = mid - 1;
     }
     const uint16_t below = uint16_t(lo);
     const double v_below = value(below);
     const double v_above = below == max_finite ? inf_value : value(below + 1);
     const double midpoint = (v_below + v_above) / 2;  // Exact in double.
-    if (a == v_below) result = below;
-    else if (a < midpoint) result = below;
-    else if (a > midpoint) result = below + 1;
-    else result = (below & 1) ? below + 1 : below;  // Ties to even.
+    if (a == v_below)
+      result = below;
+    else if (a < midpoint)
+      result = below;
+    else if (a > midpoint)
+      result = below + 1;
+    else
+      result = (below & 1) ? below + 1 : below;  // Ties to even.
   }
   return negative ? uint16_t(result | sign_bit) : result;
 }
@@ -86,22 +94,22 @@ TEST(F16ConversionTest, KnownBitPatterns) {
   EXPECT_EQ(FloatToF16(-0.0f), 0x8000);
   EXPECT_EQ(FloatToF16(0.5f), 0x3800);
   EXPECT_EQ(FloatToF16(0.1f), 0x2E66);
-  EXPECT_EQ(FloatToF16(65504.0f), 0x7BFF);  // Largest finite.
+  EXPECT_EQ(FloatToF16(65504.0f), 0x7BFF);               // Largest finite.
   EXPECT_EQ(FloatToF16(std::ldexp(1.0f, -14)), 0x0400);  // Smallest normal.
   EXPECT_EQ(FloatToF16(std::numeric_limits<float>::infinity()), 0x7C00);
   EXPECT_EQ(FloatToF16(-std::numeric_limits<float>::infinity()), 0xFC00);
 }
 
 TEST(F16ConversionTest, OverflowBecomesInfinity) {
-  EXPECT_EQ(FloatToF16(65519.0f), 0x7BFF);   // Below the midpoint.
-  EXPECT_EQ(FloatToF16(65520.0f), 0x7C00);   // The midpoint: ties to even Inf.
+  EXPECT_EQ(FloatToF16(65519.0f), 0x7BFF);  // Below the midpoint.
+  EXPECT_EQ(FloatToF16(65520.0f), 0x7C00);  // The midpoint: ties to even Inf.
   EXPECT_EQ(FloatToF16(-65520.0f), 0xFC00);
   EXPECT_EQ(FloatToF16(1e6f), 0x7C00);
   EXPECT_EQ(FloatToF16(std::numeric_limits<float>::max()), 0x7C00);
 }
 
 TEST(F16ConversionTest, SubnormalsRoundToNearestEven) {
-  EXPECT_EQ(FloatToF16(std::ldexp(1.0f, -24)), 0x0001);  // Smallest.
+  EXPECT_EQ(FloatToF16(std::ldexp(1.0f, -24)), 0x0001);         // Smallest.
   EXPECT_EQ(FloatToF16(1023 * std::ldexp(1.0f, -24)), 0x03FF);  // Largest.
   EXPECT_EQ(FloatToF16(std::ldexp(1.0f, -25)), 0x0000);  // Tie: to even 0.
   EXPECT_EQ(FloatToF16(std::ldexp(1.0f, -25) * 1.0001f), 0x0001);
@@ -213,7 +221,7 @@ TEST(Bf16ConversionTest, TiesRoundToEvenNotTruncate) {
 TEST(Bf16ConversionTest, NanStaysNan) {
   EXPECT_TRUE(IsBf16Nan(FloatToBf16(std::numeric_limits<float>::quiet_NaN())));
   EXPECT_TRUE(IsBf16Nan(FloatToBf16(FromBits(0x7F800001))));  // Not Inf.
-  EXPECT_TRUE(IsBf16Nan(FloatToBf16(FromBits(0xFFFFFFFF))));   // Not a carry.
+  EXPECT_TRUE(IsBf16Nan(FloatToBf16(FromBits(0xFFFFFFFF))));  // Not a carry.
   EXPECT_TRUE(std::isnan(Bf16ToFloat(0x7FC0)));
 }
 
@@ -300,9 +308,39 @@ TEST(ElementTypeTest, DecodesFromUnalignedBuffers) {
   }
 }
 
+// DecodeElements (the vector paths where the CPU has them) on every bit
+// pattern at once, from an unaligned buffer, with a tail of 3 past a multiple
+// of 8: bf16 must give exactly the pattern shifted into a float's top half,
+// NaN payloads included; f16 the value of the pattern by its definition.
+TEST(ElementTypeTest, DecodesEveryPatternInBulk) {
+  const size_t count = 0x10000 + 3;
+  std::vector<std::byte> buffer(1 + 2 * count);
+  for (size_t i = 0; i < count; ++i) {
+    const uint16_t bits = uint16_t(i);  // The tail repeats 0, 1, 2.
+    buffer[1 + 2 * i] = std::byte(bits & 0xFF);
+    buffer[2 + 2 * i] = std::byte(bits >> 8);
+  }
+  std::vector<float> decoded(count);
+  DecodeElements(ElementType::kBf16, buffer.data() + 1, count, decoded.data());
+  for (size_t i = 0; i < count; ++i) {
+    ASSERT_EQ(ToBits(decoded[i]), uint32_t(uint16_t(i)) << 16) << i;
+  }
+  DecodeElements(ElementType::kF16, buffer.data() + 1, count, decoded.data());
+  for (size_t i = 0; i < count; ++i) {
+    const double expected = F16Value(uint16_t(i));
+    if (std::isnan(expected)) {
+      ASSERT_TRUE(std::isnan(decoded[i])) << i;
+    } else {
+      ASSERT_EQ(double(decoded[i]), expected) << i;
+      ASSERT_EQ(std::signbit(decoded[i]), bool(i & 0x8000)) << i;
+    }
+  }
+}
+
 TEST(ElementTypeTest, CodecsAgreeWithTheScalarConversions) {
   std::vector<float> values;
-  for (int i = -300; i <= 300; ++i) values.push_back(i * 0.0137f + 1e-5f * i * i);
+  for (int i = -300; i <= 300; ++i)
+    values.push_back(i * 0.0137f + 1e-5f * i * i);
   for (ElementType type : {ElementType::kF16, ElementType::kBf16}) {
     std::vector<std::byte> bytes(values.size() * 2);
     EncodeElements(type, values.data(), values.size(), bytes.data());
