@@ -29,7 +29,6 @@ __attribute__((target("avx,f16c"))) void DecodeF16F16c(const std::byte* src,
   }
 }
 
-// CPUID.1:ECX.F16C; clang before 16 has no "f16c" for __builtin_cpu_supports.
 // A bf16 is the top half of a float: each element shifted into place, eight
 // at a time, the same bits as Bf16ToFloat (the scalar loop took 4.8 us for a
 // token's 4096 keys at the 8B sketched shape, more than projecting them).
@@ -54,6 +53,7 @@ bool HaveAvx2() {
   return have;
 }
 
+// CPUID.1:ECX.F16C; clang before 16 has no "f16c" for __builtin_cpu_supports.
 bool HaveF16c() {
   static const bool have = [] {
     unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;

@@ -91,7 +91,7 @@ __attribute__((target("avx512f"))) void Block512(const Rows<V>& a, int64_t d,
   }
   // Every loop over g and k is unrolled, so that acc stays in registers
   // (GCC -O2 left a loop over k rolled, with acc on the stack: the adds then
-  // chained through memory, 2-7x slower).
+  // chained through memory, about twice as slow; docs/performance.md).
   for (int64_t j = 0; j < d; ++j) {
     __m512d pj[kVecs];
 #pragma GCC unroll 8

@@ -1,14 +1,14 @@
-// The sketcher's projection of entries' keys, plane by plane: for each token
-// and plane (layer, kv head) t, out[t] = float(P[t]ᵀ v[t]) with P[t] a d × r
-// row-major double matrix (core/include/entrokv/core/sketch.h). A scalar
-// version and, on x86-64, AVX2 and AVX-512 versions, vectorised across the r
-// columns. All go plane by plane, and the vector versions take a plane's
-// tokens four at a time, sharing each row of P, so that a plane's matrix is
-// read from memory once per call rather than once per token. Every version
-// computes each column as the same double operations in the same order
-// (acc = 0; for j ascending: acc = acc + P[j][c]·v[j], a multiply then an
-// add, never fused; then rounded
-// to float), so all are bit-identical. Pure functions, thread-safe.
+// The sketcher's projection of entries' keys: for each token and plane
+// (layer, kv head) t, out[t] = float(P[t]ᵀ v[t]) with P[t] a d × r row-major
+// double matrix (core/include/entrokv/core/sketch.h). A scalar version (token
+// by token) and, on x86-64, AVX2 and AVX-512 versions, vectorised across the
+// r columns, which go plane by plane and take a plane's tokens four at a
+// time, sharing each row of P, so that a plane's matrix is read from memory
+// once per call rather than once per token. Every version computes each
+// column as the same double operations in the same order (acc = 0; for j
+// ascending: acc = acc + P[j][c]·v[j], a multiply then an add, never fused;
+// then rounded to float), so all are bit-identical. Pure functions,
+// thread-safe.
 
 #ifndef ENTROKV_CORE_SRC_SKETCH_PROJECT_H_
 #define ENTROKV_CORE_SRC_SKETCH_PROJECT_H_

@@ -196,8 +196,9 @@ TEST(ScoringTest, KeysAreScoredAsRoundedToTheElementType) {
   }
 }
 
-// Every key comes across whole when the store grows, here from 1000 entries
-// of 16 KiB (d = 4096, f32) to 2000 (31 MiB). Key i holds i in its first and
+// Every key comes across whole when the store grows: 1000 entries of 16 KiB
+// (d = 4096, f32) fill a store of 1000, and 200 more grow it to 2000 (31 MiB;
+// the capacity doubles). Key i holds i in its first and
 // last elements, and the query 32 · (e_0 + e_4095) scaled by 1/√4096 makes
 // z_i = 0.5 i + 0.5 i = i, exact in float.
 TEST(ScoringTest, KeysSurviveTheStoresGrowth) {

@@ -128,7 +128,7 @@ template <typename V>
 void ExpectVectorProjectionsAreBitIdenticalToTheScalarOne() {
   std::mt19937 rng(3);
   std::normal_distribution<double> normal;
-  for (int64_t tokens : {1, 2, 5, 8}) {
+  for (int64_t tokens : {1, 2, 3, 5, 7, 8}) {
     for (int64_t planes : {1, 3, 4, 9}) {
       for (int64_t d : {1, 8, 128}) {
         for (int64_t r : {1, 3, 4, 8, 15, 16, 17, 33, 64, 100}) {
@@ -159,13 +159,16 @@ void ExpectVectorProjectionsAreBitIdenticalToTheScalarOne() {
             }
           }
 #if defined(__x86_64__)
+          // NaN before each call: an output left unwritten cannot pass.
           std::vector<float> got(scalar.size());
           if (__builtin_cpu_supports("avx2")) {
+            std::fill(got.begin(), got.end(), std::nanf(""));
             internal::ProjectAvx2(p.data(), v.data(), tokens, planes, d, r,
                                   got.data());
             ASSERT_EQ(got, scalar) << "avx2, " << where;
           }
           if (__builtin_cpu_supports("avx512f")) {
+            std::fill(got.begin(), got.end(), std::nanf(""));
             internal::ProjectAvx512(p.data(), v.data(), tokens, planes, d, r,
                                     got.data());
             ASSERT_EQ(got, scalar) << "avx512, " << where;
@@ -187,7 +190,8 @@ TEST(SketcherTest, VectorProjectionsAreBitIdenticalToTheScalarOne) {
 // here: per head, acc = 0; acc = acc + P[j][c]·double(q[j]) for j ascending,
 // rounded to float; group sums, Σ_h double(q_h[j]) from 0.0 in h order, then
 // the same product. Head dims that are and are not multiples of the vector
-// widths, groups of 1 to 5; queries with -0 and float subnormals.
+// widths, groups of 1 to 5; queries with float subnormals (and -0, which a
+// sketched output cannot show: the group sums' test below checks it).
 TEST(SketcherTest, QueriesAreTheReferenceArithmeticBitForBit) {
   std::mt19937 rng(5);
   std::normal_distribution<float> normal;
@@ -242,9 +246,10 @@ TEST(SketcherTest, QueriesAreTheReferenceArithmeticBitForBit) {
   }
 }
 
-// The group sums' versions against the reference written out, bit for bit
-// (a double sum of floats is exact far from overflow, so the order test is
-// the -0 start: 0.0 + -0.0 is +0).
+// The group sums' versions against the reference written out, bit for bit:
+// random heads, -0 (0.0 + -0.0 is +0, so a sum must start from 0.0), and
+// heads (1e20, -1e20, 1) in one element of every vector, which sum to 1 only
+// in h order (reversed: 0).
 TEST(SketcherTest, GroupSumVersionsAreBitIdenticalToTheReference) {
   std::mt19937 rng(9);
   std::normal_distribution<float> normal;
@@ -254,6 +259,18 @@ TEST(SketcherTest, GroupSumVersionsAreBitIdenticalToTheReference) {
       std::vector<float> q(static_cast<size_t>(vectors * group * d));
       for (size_t i = 0; i < q.size(); ++i) {
         q[i] = i % 3 == 0 ? -0.0f : normal(rng) * 1e3f;
+      }
+      if (group >= 3) {  // Elements 0 and d - 1 (a vector's and the tail's).
+        for (int64_t i = 0; i < vectors; ++i) {
+          for (int64_t j : {int64_t{0}, d - 1}) {
+            for (int64_t h = 0; h < group; ++h) {
+              q[(i * group + h) * d + j] = h == 0   ? 1e20f
+                                           : h == 1 ? -1e20f
+                                           : h == 2 ? 1.0f
+                                                    : 0.0f;
+            }
+          }
+        }
       }
       std::vector<double> want(static_cast<size_t>(vectors * d));
       for (int64_t i = 0; i < vectors; ++i) {
@@ -338,6 +355,51 @@ TEST(SketcherTest, SumsEachColumnInTheOrderOfItsRows) {
                 ::testing::Each(form == QueryForm::kPerHead ? 1.0f : 2.0f));
     EXPECT_EQ(out.size(),
               size_t(planes * (form == QueryForm::kPerHead ? 3 : 1) * r));
+  }
+}
+
+// The same order in every version this CPU runs, called directly (the test
+// above reaches only the fastest): float and double vectors, 1 to 9 tokens,
+// r = 3 (the columns past the vectors), 16 and 20.
+TEST(SketcherTest, EveryVersionSumsInTheOrderOfTheRows) {
+  struct Version {
+    const char* name;
+    internal::ProjectFn keys;
+    internal::ProjectSumsFn sums;
+    bool runs;
+  };
+  std::vector<Version> versions = {
+      {"scalar", &internal::ProjectScalar, &internal::ProjectScalar, true}};
+#if defined(__x86_64__)
+  versions.push_back({"avx2", &internal::ProjectAvx2, &internal::ProjectAvx2,
+                      __builtin_cpu_supports("avx2") != 0});
+  versions.push_back({"avx512", &internal::ProjectAvx512,
+                      &internal::ProjectAvx512,
+                      __builtin_cpu_supports("avx512f") != 0});
+#endif
+  const int64_t planes = 2, d = 5;
+  for (const Version& version : versions) {
+    if (!version.runs) continue;
+    for (int64_t r : {3, 16, 20}) {
+      for (int64_t tokens = 1; tokens <= 9; ++tokens) {
+        const std::vector<double> p(static_cast<size_t>(planes * d * r), 1.0);
+        std::vector<float> vf(static_cast<size_t>(tokens * planes * d), 0.0f);
+        for (int64_t i = 0; i < tokens * planes; ++i) {
+          vf[i * d] = 1e20f;
+          vf[i * d + 1] = -1e20f;
+          vf[i * d + 2] = 1.0f;
+        }
+        const std::vector<double> vd(vf.begin(), vf.end());
+        std::vector<float> out(static_cast<size_t>(tokens * planes * r));
+        version.keys(p.data(), vf.data(), tokens, planes, d, r, out.data());
+        ASSERT_THAT(out, ::testing::Each(1.0f))
+            << version.name << ", floats, r " << r << ", tokens " << tokens;
+        std::fill(out.begin(), out.end(), 0.0f);
+        version.sums(p.data(), vd.data(), tokens, planes, d, r, out.data());
+        ASSERT_THAT(out, ::testing::Each(1.0f))
+            << version.name << ", doubles, r " << r << ", tokens " << tokens;
+      }
+    }
   }
 }
 

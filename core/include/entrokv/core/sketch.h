@@ -61,12 +61,13 @@ class Sketcher {
   int64_t full_query_elements() const;
 
   // n entries' keys [n][layer][kv_head][head_dim] -> [n][layer][kv_head][r].
-  // REQUIRES: in.size() == n * full_key_elements().
+  // REQUIRES: in.size() == n * full_key_elements(); `in` is not a view of
+  // *out (Keys and Queries write *out while they read `in`).
   void Keys(absl::Span<const float> in, int64_t n,
             std::vector<float>* out) const;
   // Queries [layer][q_head][head_dim] -> the wire form of
   // config.shape (Shape::query_elements() floats).
-  // REQUIRES: in.size() == full_query_elements().
+  // REQUIRES: in.size() == full_query_elements(); `in` is not a view of *out.
   void Queries(absl::Span<const float> in, std::vector<float>* out) const;
 
  private:
