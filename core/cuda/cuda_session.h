@@ -132,7 +132,9 @@ class CudaSession final : public SessionState {
                             int64_t n_new);
   // 2. Copies the scaled queries up and computes z (and the softmax row
   // statistics when `need_attention`). REQUIRES: n > 0.
-  absl::Status LaunchScoring(int64_t n, bool need_attention, double inv_rows);
+  // `raw`: the step's queries as sent (StepInput::queries).
+  absl::Status LaunchScoring(const std::byte* raw, int64_t n,
+                             bool need_attention, double inv_rows);
   // 3b. The rankings that read the stored keys beyond z, when their keep
   // scores are needed: keydiff's score into d_ranked_, or expected's logits
   // (from query_stats_) and their softmax statistics. REQUIRES: n > 0.

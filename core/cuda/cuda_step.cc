@@ -14,6 +14,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "cpu_kernels.h"
 #include "cuda_kernels.h"
 #include "cuda_memory.h"
 #include "cuda_session.h"
@@ -47,9 +48,13 @@ absl::Status CudaSession::Step(const StepInput& input, StepResult* result,
   const ScoreNeeds needs = StepScoreNeeds(config_, trace != nullptr);
   const bool need_mean = needs.mean;
   const bool need_attention = needs.attention;
-  ENTROKV_RETURN_IF_ERROR(ValidateAndDecode(
-      config_, limits_, counters_.last_step, table_.live_slots(), live(), input,
-      &decoded_, BackendStepRules(config_, needs)));
+  // LaunchScoring reads the queries as sent; only the expected ranking's
+  // statistics want them decoded (unscaled) on their own.
+  StepRules rules = BackendStepRules(config_, needs);
+  rules.decode_queries = config_.ranking == Ranking::kExpected;
+  ENTROKV_RETURN_IF_ERROR(
+      ValidateAndDecode(config_, limits_, counters_.last_step,
+                        table_.live_slots(), live(), input, &decoded_, rules));
   const int64_t added_bytes = decoded_.appended * bytes_per_entry_;
   if (!account_->TryReserve(added_bytes)) {
     return absl::ResourceExhaustedError(absl::StrCat(
@@ -104,7 +109,8 @@ absl::Status CudaSession::Run(const StepInput& input, bool need_mean,
   const double inv_rows =
       1.0 / static_cast<double>(int64_t{shape.layers} * shape.q_heads);
   if (scores) {
-    ENTROKV_RETURN_IF_ERROR(LaunchScoring(n, need_attention, inv_rows));
+    ENTROKV_RETURN_IF_ERROR(
+        LaunchScoring(input.queries.data(), n, need_attention, inv_rows));
   }
 
   // 3. The budget, on the host (it depends on the entropy only).
@@ -206,21 +212,24 @@ absl::Status CudaSession::UploadAppend(const StepInput& input, int64_t n_old,
   return absl::OkStatus();
 }
 
-absl::Status CudaSession::LaunchScoring(int64_t n, bool need_attention,
-                                        double inv_rows) {
+absl::Status CudaSession::LaunchScoring(const std::byte* raw, int64_t n,
+                                        bool need_attention, double inv_rows) {
   const Shape& shape = config_.shape;
   const float scale = 1.0f / std::sqrt(static_cast<float>(shape.head_dim));
-  float* hq = h_queries_.as<float>();
-  for (size_t i = 0; i < decoded_.queries.size(); ++i) {
-    hq[i] = decoded_.queries[i] * scale;
-  }
-  // Scaled into pinned memory, then to the device.
-  counters_.bytes_copied +=
-      2 * static_cast<int64_t>(decoded_.queries.size() * sizeof(float));
+  // Decoded and scaled from the bytes as sent into pinned memory in one pass
+  // (the CPU backend's PrepareQueries, bit for bit decode-then-scale), then
+  // to the device. A group-sum query is one vector per kv head already.
+  const int32_t group =
+      shape.query_form == QueryForm::kGroupSum ? 1 : shape.group_size();
+  const int64_t planes = int64_t{shape.layers} * shape.kv_heads;
+  const size_t elements = static_cast<size_t>(shape.query_elements());
+  PrepareQueries(shape.element_type, raw, planes, group, shape.vector_dim(),
+                 scale, h_queries_.as<float>(), nullptr);
+  counters_.bytes_copied += static_cast<int64_t>(elements * sizeof(float));
   ENTROKV_CUDA_RETURN_IF_ERROR(
-      cudaMemcpyAsync(d_queries_.as<float>(), hq,
-                      decoded_.queries.size() * sizeof(float),
-                      cudaMemcpyHostToDevice, stream_),
+      cudaMemcpyAsync(d_queries_.as<float>(), h_queries_.as<float>(),
+                      elements * sizeof(float), cudaMemcpyHostToDevice,
+                      stream_),
       "copying queries");
   ENTROKV_CUDA_RETURN_IF_ERROR(
       cuda::LaunchScore({.type = shape.element_type,
