@@ -14,11 +14,7 @@
 #include <limits>
 
 #include "cpu_kernels_simd.h"
-
-#if defined(__x86_64__)
-#include <cpuid.h>
-#include <immintrin.h>
-#endif
+#include "x86_simd.h"
 
 namespace entrokv::internal {
 namespace {
@@ -81,38 +77,12 @@ void ScoreKeysScalar(const ScoreArgs& a) {
 
 #if defined(__x86_64__)
 
-// CPUID.1:ECX.F16C; clang before 16 has no "f16c" for __builtin_cpu_supports.
-bool HaveF16c() {
-  unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-  return __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-}
-
 bool HaveAvx512() {
   static const bool have = __builtin_cpu_supports("avx512f") &&
                            __builtin_cpu_supports("avx512bw") &&
                            __builtin_cpu_supports("avx512vl") && HaveF16c() &&
                            __builtin_cpu_supports("fma");
   return have;
-}
-
-bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2") &&
-                           __builtin_cpu_supports("fma") && HaveF16c();
-  return have;
-}
-
-// Eight elements of `type` at `p` as floats (exact).
-template <ElementType kType>
-__attribute__((target("avx2,f16c"))) inline __m256 Load8(const std::byte* p) {
-  if constexpr (kType == ElementType::kF32) {
-    return _mm256_loadu_ps(reinterpret_cast<const float*>(p));
-  } else if constexpr (kType == ElementType::kF16) {
-    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p)));
-  } else {  // bf16: the float's upper half.
-    return _mm256_castsi256_ps(_mm256_slli_epi32(
-        _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(p))),
-        16));
-  }
 }
 
 // PrepareQueries with dim % 8 == 0: eight elements at a time, each group's

@@ -3,10 +3,7 @@
 #include <bit>
 #include <cstring>
 
-#if defined(__x86_64__)
-#include <cpuid.h>
-#include <immintrin.h>
-#endif
+#include "x86_simd.h"
 
 namespace entrokv {
 namespace {
@@ -32,14 +29,12 @@ __attribute__((target("avx,f16c"))) void DecodeF16F16c(const std::byte* src,
 // A bf16 is the top half of a float: each element shifted into place, eight
 // at a time, the same bits as Bf16ToFloat (the scalar loop took 4.8 us for a
 // token's 4096 keys at the 8B sketched shape, more than projecting them).
-__attribute__((target("avx2"))) void DecodeBf16Avx2(const std::byte* src,
-                                                    size_t count, float* dst) {
+__attribute__((target("avx2,f16c"))) void DecodeBf16Avx2(const std::byte* src,
+                                                         size_t count,
+                                                         float* dst) {
   size_t i = 0;
   for (; i + 8 <= count; i += 8) {
-    const __m256i widened = _mm256_cvtepu16_epi32(
-        _mm_loadu_si128(reinterpret_cast<const __m128i*>(src + 2 * i)));
-    _mm256_storeu_si256(reinterpret_cast<__m256i*>(dst + i),
-                        _mm256_slli_epi32(widened, 16));
+    _mm256_storeu_ps(dst + i, internal::Load8<ElementType::kBf16>(src + 2 * i));
   }
   for (; i < count; ++i) {
     uint16_t bits;
@@ -48,20 +43,6 @@ __attribute__((target("avx2"))) void DecodeBf16Avx2(const std::byte* src,
   }
 }
 
-bool HaveAvx2() {
-  static const bool have = __builtin_cpu_supports("avx2");
-  return have;
-}
-
-// CPUID.1:ECX.F16C; clang before 16 has no "f16c" for __builtin_cpu_supports.
-bool HaveF16c() {
-  static const bool have = [] {
-    unsigned eax = 0, ebx = 0, ecx = 0, edx = 0;
-    return __builtin_cpu_supports("avx") &&
-           __get_cpuid(1, &eax, &ebx, &ecx, &edx) != 0 && (ecx & bit_F16C) != 0;
-  }();
-  return have;
-}
 #endif
 
 }  // namespace
@@ -172,7 +153,7 @@ void DecodeElements(ElementType type, const std::byte* src, size_t count,
       return;
     case ElementType::kF16:
 #if defined(__x86_64__)
-      if (HaveF16c()) return DecodeF16F16c(src, count, dst);
+      if (internal::HaveF16c()) return DecodeF16F16c(src, count, dst);
 #endif
       for (size_t i = 0; i < count; ++i) {
         uint16_t bits;
@@ -182,7 +163,7 @@ void DecodeElements(ElementType type, const std::byte* src, size_t count,
       return;
     case ElementType::kBf16:
 #if defined(__x86_64__)
-      if (HaveAvx2()) return DecodeBf16Avx2(src, count, dst);
+      if (internal::HaveAvx2()) return DecodeBf16Avx2(src, count, dst);
 #endif
       for (size_t i = 0; i < count; ++i) {
         uint16_t bits;
