@@ -8,7 +8,9 @@
 //   kWidth                   floats per Vec;
 //   kPrefetchBytes           how far ahead of the key rows it reads a
 //                            kernel prefetches every cache line (at least
-//                            one block of rows ahead; 0: none);
+//                            one block of rows ahead; 0: none): the
+//                            per-head kernel always, the summed-query
+//                            kernel for blocks of at most 512 bytes only;
 //   Zero()                   a Vec of zeros;
 //   LoadQuery(const float*)  kWidth floats, unaligned;
 //   LoadKey(type, p)         kWidth elements of `type` at p, as floats;
@@ -173,8 +175,80 @@ void ScoreKeys(const ScoreArgs& a) {
   }
 }
 
+// SumKeys' sums for keys p .. p + 15 of one plane, which start at k0:
+// the block's rows are read in address order, each row's products
+// accumulated before the next row is read. kVecs is head_dim / kWidth, with
+// the query held in registers, or 0 for any head_dim (the query read from
+// memory). The same products in the same order as one key at a time.
+template <class Isa, ElementType kType, int kVecs>
+[[gnu::always_inline]] inline void SumSixteenKeys(const std::byte* k0,
+                                                  int64_t row, const float* q,
+                                                  const typename Isa::Vec* qv,
+                                                  int32_t d, double* sum) {
+  using Vec = typename Isa::Vec;
+  constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
+  constexpr int64_t chunk = int64_t{Isa::kWidth} * esize;
+  // Unrolled, so that the 16 results stay in registers.
+  Vec acc[16];
+#pragma GCC unroll 16
+  for (int k = 0; k < 16; ++k) {
+    const std::byte* key = k0 + k * row;
+    Vec s = Isa::Zero();
+    if constexpr (kVecs > 0) {
+#pragma GCC unroll 16
+      for (int v = 0; v < kVecs; ++v) {
+        s = Isa::Fmadd(qv[v], Isa::LoadKey(kType, key + v * chunk), s);
+      }
+    } else {
+      for (int32_t j = 0; j < d; j += Isa::kWidth) {
+        s = Isa::Fmadd(Isa::LoadQuery(q + j),
+                       Isa::LoadKey(kType, key + j * esize), s);
+      }
+    }
+    acc[k] = s;
+  }
+  Isa::AddToSums(sum, Isa::ReduceAdd16(acc));
+}
+
+// SumKeys' loop over the blocks of 16 keys of one plane; returns the first
+// position it left (live rounded down to 16). The rows are read in address
+// order, without software prefetch but for the smallest rows: the hardware
+// prefetcher follows a sequential read. On the machine of
+// docs/performance.md this read 8B-shape keys about 1.5 times as fast as
+// reading a block column by column (all 16 keys' first 64 bytes, then their
+// next) with every line prefetched ahead, as this kernel used to.
+template <class Isa, ElementType kType, int kVecs>
+int64_t SumKeysBySixteen(const ScoreArgs& a, const std::byte* base,
+                         const float* q) {
+  using Vec = typename Isa::Vec;
+  constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
+  const int64_t row = int64_t{a.head_dim} * esize;
+  // Blocks of at most 512 bytes (a sketch's 16 f16 elements a row) are
+  // prefetched kPrefetchBytes ahead all the same: there it read 5-10%
+  // faster, and at 1 KB and more slower, than the hardware alone.
+  constexpr bool kPrefetch = Isa::kPrefetchBytes > 0 && kVecs > 0 &&
+                             16 * kVecs * Isa::kWidth * esize <= 512;
+  Vec qv[kVecs > 0 ? kVecs : 1];
+  if constexpr (kVecs > 0) {
+#pragma GCC unroll 16
+    for (int v = 0; v < kVecs; ++v) qv[v] = Isa::LoadQuery(q + v * Isa::kWidth);
+  }
+  int64_t p = 0;
+  for (; p + 15 < a.live; p += 16) {
+    if constexpr (kPrefetch) {
+      for (int64_t c = 0; c < 16 * row; c += 64) {
+        Isa::Prefetch(base + p * row + Isa::kPrefetchBytes + c);
+      }
+    }
+    SumSixteenKeys<Isa, kType, kVecs>(base + p * row, row, q, qv, a.head_dim,
+                                      a.sum + p);
+  }
+  return p;
+}
+
 // One query per kv head (a group's summed query), accumulating only the sum:
-// the kernel of the mean logit. Two keys per iteration for two FMA chains.
+// the kernel of the mean logit. Sixteen keys at a time where the ISA reduces
+// 16 at once, then two keys per iteration for two FMA chains.
 // REQUIRES: head_dim % Isa::kWidth == 0, group == 1, sum != nullptr,
 // z == nullptr.
 template <class Isa, ElementType kType>
@@ -190,42 +264,28 @@ void SumKeys(const ScoreArgs& a) {
       const float* q = a.queries + plane * d;
       int64_t p = 0;
       if constexpr (Isa::kReduceBlock == 16) {
-        // 16 keys at a time, their sums reduced together (ReduceAdd16);
-        // the same products in the same order as one key at a time below.
-        for (; p + 15 < a.live; p += 16) {
-          const std::byte* k0 = base + p * row;
-          if constexpr (Isa::kPrefetchBytes > 0) {
-            const int64_t ahead = Isa::kPrefetchBytes > 16 * row
-                                      ? Isa::kPrefetchBytes
-                                      : 16 * row;
-            for (int64_t c = 0; c < 16 * row; c += 64) {
-              Isa::Prefetch(k0 + ahead + c);
-            }
-          }
-          // Unrolled, so that the accumulators stay in registers.
-          Vec acc[16];
-#pragma GCC unroll 16
-          for (int k = 0; k < 16; ++k) acc[k] = Isa::Zero();
-          for (int32_t j = 0; j < d; j += Isa::kWidth) {
-            const Vec qj = Isa::LoadQuery(q + j);
-#pragma GCC unroll 16
-            for (int k = 0; k < 16; ++k) {
-              acc[k] = Isa::Fmadd(
-                  qj, Isa::LoadKey(kType, k0 + k * row + j * esize), acc[k]);
-            }
-          }
-          Isa::AddToSums(a.sum + p, Isa::ReduceAdd16(acc));
+        // The query in registers for the common head sizes.
+        switch (d / Isa::kWidth) {
+          case 1:
+            p = SumKeysBySixteen<Isa, kType, 1>(a, base, q);
+            break;
+          case 2:
+            p = SumKeysBySixteen<Isa, kType, 2>(a, base, q);
+            break;
+          case 4:
+            p = SumKeysBySixteen<Isa, kType, 4>(a, base, q);
+            break;
+          case 8:
+            p = SumKeysBySixteen<Isa, kType, 8>(a, base, q);
+            break;
+          default:
+            p = SumKeysBySixteen<Isa, kType, 0>(a, base, q);
+            break;
         }
       }
       for (; p + 1 < a.live; p += 2) {
         const std::byte* k0 = base + p * row;
         const std::byte* k1 = k0 + row;
-        if constexpr (Isa::kPrefetchBytes > 0) {
-          // Every cache line of the two rows kPrefetchBytes ahead.
-          for (int64_t c = 0; c < 2 * row; c += 64) {
-            Isa::Prefetch(k0 + Isa::kPrefetchBytes + c);
-          }
-        }
         Vec acc0 = Isa::Zero(), acc1 = Isa::Zero();
         for (int32_t j = 0; j < d; j += Isa::kWidth) {
           const Vec qj = Isa::LoadQuery(q + j);

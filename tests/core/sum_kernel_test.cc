@@ -181,7 +181,9 @@ std::vector<Case> Cases() {
   std::vector<Case> cases;
   for (ElementType type :
        {ElementType::kF32, ElementType::kF16, ElementType::kBf16}) {
-    for (int32_t d : {16, 64, 128}) {
+    // 1, 2, 4 and 8 AVX-512 vectors a row (the query held in registers),
+    // and 3 and 16 (read from memory).
+    for (int32_t d : {16, 32, 48, 64, 128, 256}) {
       for (int64_t live : {1, 2, 15, 16, 17, 32, 33, 47, 100}) {
         cases.push_back({type, 2, 3, d, live});
       }
