@@ -39,8 +39,8 @@ absl::Status ParseMessage(grpc::ByteBuffer* bytes,
 // which a oneof cannot keep: steps that send logits allocate them). Protobuf's
 // own Clear() deletes each step's Append. A step sent without an append may
 // then read as one with an empty Append: the wire gives both one meaning.
-// Uses protobuf 3.21's RepeatedPtrField::AddCleared/ReleaseCleared (removed
-// in later protobuf; Debian 12 ships 3.21).
+// The emptying is proto_convert::ClearForReuse, which the client library's
+// message building shares.
 absl::Status ParseReusing(grpc::ByteBuffer* bytes, v1::DecodeRequest* request);
 
 // Serializes `message` into `out`. Errors: Internal naming the message type.

@@ -1,7 +1,9 @@
 // ParseReusing (server/raw_messages.h): the Decode stream's request parse
 // reads every message as a fresh parse would, and allocates nothing once a
-// stream's messages keep their shape. A binary of its own, because it counts
-// the process's calls to operator new.
+// stream's messages keep their shape. The same for the client library's
+// message building into a request emptied by proto_convert::ClearForReuse.
+// A binary of its own, because it counts the process's calls to operator
+// new.
 
 #include <atomic>
 #include <cstddef>
@@ -16,6 +18,7 @@
 #include "google/protobuf/util/message_differencer.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
+#include "proto/convert/message_reuse.h"
 #include "server/raw_messages.h"
 
 // The replacements below pair operator new with free(), which GCC cannot
@@ -200,6 +203,70 @@ TEST(ParseReuseTest, StepsLeftOverFromEarlierMessagesAreBudgetedToo) {
   for (const v1::SessionStep& step : reused.steps()) {
     EXPECT_LT(step.append().keys().capacity(), size_t{64} << 10);
   }
+}
+
+// Builds into `out` what Batch(steps, 1, key_bytes, query_bytes, seed)
+// holds, field by field as the client library's Session::Impl::Prepare
+// builds a step (appending to the strings and repeated fields).
+void BuildLikeTheClient(int steps, int key_bytes, int query_bytes, int seed,
+                        v1::DecodeRequest* out) {
+  for (int i = 0; i < steps; ++i) {
+    v1::SessionStep* step = out->add_steps();
+    step->set_session_id("session-" + std::to_string(i));
+    step->set_step(static_cast<uint64_t>(seed * 1000 + i));
+    v1::Append* append = step->mutable_append();
+    append->add_slot_ids(static_cast<uint64_t>(seed * 100));
+    append->add_pinned(seed % 3 == 0);
+    append->mutable_keys()->append(static_cast<size_t>(key_bytes),
+                                   static_cast<char>('a' + (seed + i) % 26));
+    step->mutable_queries()->append(static_cast<size_t>(query_bytes),
+                                    static_cast<char>('A' + (seed + i) % 26));
+    step->set_entropy(0.25 * seed + i);
+  }
+}
+
+TEST(ClearForReuseTest, AWarmRequestIsBuiltWithoutAllocatingAndAsAFreshOne) {
+  constexpr int kSteps = 64;
+  v1::DecodeRequest reused;
+  // Two messages warm it; the client's budget is the last message's size.
+  BuildLikeTheClient(kSteps, 8192, 32768, 1, &reused);
+  proto_convert::ClearForReuse(reused.ByteSizeLong(), &reused);
+  EXPECT_EQ(reused.ByteSizeLong(), 0u);
+  EXPECT_EQ(reused.steps_size(), 0);
+  BuildLikeTheClient(kSteps, 8192, 32768, 2, &reused);
+  const size_t budget = reused.ByteSizeLong();
+  g_allocations = 0;
+  g_counting = true;
+  proto_convert::ClearForReuse(budget, &reused);
+  BuildLikeTheClient(kSteps, 8192, 32768, 3, &reused);
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(reused.SerializeAsString(),
+            Batch(kSteps, 1, 8192, 32768, 3).SerializeAsString());
+
+  // Fewer steps, then more: the message reads as a fresh one either way.
+  proto_convert::ClearForReuse(reused.ByteSizeLong(), &reused);
+  BuildLikeTheClient(kSteps / 2, 8192, 32768, 4, &reused);
+  EXPECT_EQ(reused.SerializeAsString(),
+            Batch(kSteps / 2, 1, 8192, 32768, 4).SerializeAsString());
+  proto_convert::ClearForReuse(reused.ByteSizeLong(), &reused);
+  BuildLikeTheClient(kSteps + 3, 8192, 32768, 5, &reused);
+  EXPECT_EQ(reused.SerializeAsString(),
+            Batch(kSteps + 3, 1, 8192, 32768, 5).SerializeAsString());
+}
+
+TEST(ClearForReuseTest, WhatIsKeptStaysWithinTheBudget) {
+  v1::DecodeRequest reused;
+  BuildLikeTheClient(4, 1 << 20, 0, 1, &reused);  // 4 MiB of keys.
+  proto_convert::ClearForReuse(size_t{64} << 10, &reused);
+  BuildLikeTheClient(4, 1024, 0, 2, &reused);
+  size_t held = 0;
+  for (const v1::SessionStep& step : reused.steps()) {
+    held += step.append().keys().capacity();
+  }
+  EXPECT_LT(held, size_t{64} << 10);
+  EXPECT_EQ(reused.SerializeAsString(),
+            Batch(4, 1, 1024, 0, 2).SerializeAsString());
 }
 
 }  // namespace
