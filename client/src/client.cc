@@ -187,7 +187,7 @@ class DecodeBatchImpl final : public DecodeBatch,
                            int* index) override {
     if (open_ == nullptr) {
       open_ = std::make_shared<client_internal::BatchMessage>();
-      open_request_ = std::make_unique<v1::DecodeRequest>();
+      open_request_ = client_internal::ReusedRequest(stream_.get());
       open_deadline_ = absl::InfiniteDuration();
     }
     *m = open_;

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "convert.h"
+#include "proto/convert/message_reuse.h"
 
 namespace entrokv::client_internal {
 
@@ -39,6 +40,7 @@ void CallbackDecodeStream::OnWriteDone(bool ok) {
   const v1::DecodeRequest* to_write = nullptr;
   {
     absl::MutexLock lock(&mu_);
+    if (written_ == nullptr) written_ = std::move(writes_.front());
     writes_.pop_front();
     if (ok && !writes_.empty()) {
       to_write = writes_.front().get();
@@ -48,6 +50,11 @@ void CallbackDecodeStream::OnWriteDone(bool ok) {
     }
   }
   if (to_write != nullptr) StartWrite(to_write);
+}
+
+std::unique_ptr<v1::DecodeRequest> CallbackDecodeStream::TakeWritten() {
+  absl::MutexLock lock(&mu_);
+  return std::move(written_);
 }
 
 void CallbackDecodeStream::OnReadDone(bool ok) {
@@ -118,6 +125,7 @@ class SyncDecodeStream final : public DecodeStream {
     const DeadlineWatchdog::Ticket ticket = watchdog_->Arm(&context_, deadline);
     const bool ok = stream_->Write(*request);
     const bool fired = watchdog_->Disarm(ticket);
+    written_ = std::move(request);
     if (!ok) End(fired);
   }
 
@@ -135,6 +143,10 @@ class SyncDecodeStream final : public DecodeStream {
   void Cancel() override {
     context_.TryCancel();
     if (!broken_) End(false);
+  }
+
+  std::unique_ptr<v1::DecodeRequest> TakeWritten() override {
+    return std::move(written_);
   }
 
  private:
@@ -174,12 +186,22 @@ class SyncDecodeStream final : public DecodeStream {
   std::unique_ptr<
       grpc::ClientReaderWriter<v1::DecodeRequest, v1::DecodeResponse>>
       stream_;
+  std::unique_ptr<v1::DecodeRequest> written_;
   bool broken_ = false;
   bool finished_ = false;
   absl::Status final_status_;
 };
 
 }  // namespace
+
+std::unique_ptr<v1::DecodeRequest> ReusedRequest(DecodeStream* stream) {
+  std::unique_ptr<v1::DecodeRequest> request = stream->TakeWritten();
+  if (request == nullptr) return std::make_unique<v1::DecodeRequest>();
+  // The size its serialization for the write cached.
+  proto_convert::ClearForReuse(static_cast<size_t>(request->GetCachedSize()),
+                               request.get());
+  return request;
+}
 
 std::unique_ptr<DecodeStream> OpenSyncDecodeStream(v1::EntroKv::Stub* stub,
                                                    DeadlineWatchdog* watchdog) {

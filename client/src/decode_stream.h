@@ -50,7 +50,18 @@ class DecodeStream {
 
   // Cancels the call; later Next() calls report its end.
   virtual void Cancel() = 0;
+
+  // A request sent earlier whose write has completed, for the caller to
+  // build its next message in (proto_convert::ClearForReuse), or null. The
+  // stream keeps at most one.
+  virtual std::unique_ptr<v1::DecodeRequest> TakeWritten() = 0;
 };
+
+// A request to build the next message of `stream` in: the one it last
+// wrote, emptied by proto_convert::ClearForReuse within that message's size
+// (so that a stream whose messages keep their shape allocates nothing for
+// them once warm), or a new one.
+std::unique_ptr<v1::DecodeRequest> ReusedRequest(DecodeStream* stream);
 
 // REQUIRES: `stub` and `watchdog` outlive the stream.
 std::unique_ptr<DecodeStream> OpenSyncDecodeStream(v1::EntroKv::Stub* stub,
@@ -69,6 +80,7 @@ class CallbackDecodeStream final
             absl::Time deadline) override;
   absl::StatusOr<v1::DecodeResponse> Next(absl::Time deadline) override;
   void Cancel() override;
+  std::unique_ptr<v1::DecodeRequest> TakeWritten() override;
 
   void OnWriteDone(bool ok) override;
   void OnReadDone(bool ok) override;
@@ -82,6 +94,7 @@ class CallbackDecodeStream final
   // Front: the write in progress when writing_.
   std::deque<std::unique_ptr<v1::DecodeRequest>> writes_ ABSL_GUARDED_BY(mu_);
   bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  std::unique_ptr<v1::DecodeRequest> written_ ABSL_GUARDED_BY(mu_);
   std::deque<v1::DecodeResponse> responses_ ABSL_GUARDED_BY(mu_);
   bool reads_done_ ABSL_GUARDED_BY(mu_) = false;
   bool done_ ABSL_GUARDED_BY(mu_) = false;

@@ -209,7 +209,7 @@ absl::Status Session::Impl::StepAsyncImpl(const StepRequest& request) {
   if (batch_ != nullptr) return GatherStep(request);
   if (degraded_) MaybeRecover(request);
   std::unique_ptr<v1::DecodeRequest> message;
-  if (!degraded_) message = std::make_unique<v1::DecodeRequest>();
+  if (!degraded_) message = client_internal::ReusedRequest(stream_.get());
   absl::Status prepared =
       Prepare(request, message == nullptr ? nullptr : message->add_steps());
   if (!prepared.ok()) return prepared;
