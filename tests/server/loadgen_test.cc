@@ -266,6 +266,52 @@ TEST_F(LoadgenTest, SaysWhenTheServerHasEchoDisabled) {
   EXPECT_THAT(run.output, HasSubstr("entrokv "));
 }
 
+// Every way of stepping a batch (--batch_calls) answers every planned step
+// and counts it once: 4 sessions of a window of 4, 2 rounds of 20 steps of
+// one entry each, so each session evicts 40 - 4 entries (0.9 a step); each
+// message counted once (40 per mode), its bytes once (the same bytes per
+// step as the whole batch in one call, and echo's messages that size); in
+// the pipelined way too, whose last message is still in flight when its
+// phase's steps have been sent.
+TEST_F(LoadgenTest, EveryWayOfSteppingABatchCountsEachStepOnce) {
+  ServerOptions options = TestServerOptions();
+  options.enable_echo = true;
+  StartServer(options);
+  const auto bytes_per_step = [](const std::string& json,
+                                 const std::string& mode) {
+    const std::string part = json.substr(json.find("\"" + mode + "\": {"));
+    return JsonDouble(part, "bytes_sent_per_s") /
+           JsonDouble(part, "steps_per_s");
+  };
+  double batch_bytes = 0.0;
+  for (const char* calls : {"batch", "session", "pipelined"}) {
+    SCOPED_TRACE(calls);
+    std::vector<std::string> args = SmallWorkload(server_->targets()[0]);
+    args[1] = "--sessions=4";
+    args[3] = "--rounds=2";
+    for (const char* flag : {"--batch=4", "--mode=both", "--json"}) {
+      args.push_back(flag);
+    }
+    args.push_back(absl::StrCat("--batch_calls=", calls));
+    const LoadgenRun run = RunLoadgen(args);
+    ASSERT_EQ(run.exit_code, 0) << run.output;
+    const std::string entrokv =
+        run.output.substr(run.output.find("\"entrokv\": {"));
+    EXPECT_EQ(JsonInt(entrokv, "count"), 40) << run.output;
+    EXPECT_EQ(JsonInt(entrokv, "OK"), 160) << run.output;
+    EXPECT_EQ(JsonInt(entrokv, "fallbacks"), 0) << run.output;
+    EXPECT_NEAR(JsonDouble(entrokv, "evictions_per_step"), 0.9, 1e-9)
+        << run.output;
+    EXPECT_EQ(JsonInt(run.output, "failed_steps"), 0) << run.output;
+    // The rates are rounded to whole bytes a second, hence the tolerance.
+    const double sent = bytes_per_step(run.output, "entrokv");
+    if (batch_bytes == 0.0) batch_bytes = sent;
+    EXPECT_NEAR(sent, batch_bytes, 0.02 * batch_bytes) << run.output;
+    EXPECT_NEAR(bytes_per_step(run.output, "echo"), sent, 0.05 * sent)
+        << run.output;
+  }
+}
+
 // ---------------------------------------------------------------------------
 // A server that drains, is killed or is not there, in every client mode.
 
@@ -455,6 +501,9 @@ INSTANTIATE_TEST_SUITE_P(
         ClientMode{"Batch", {"--client=library", "--batch=2"}, 2},
         ClientMode{"BatchSessionCalls",
                    {"--client=library", "--batch=2", "--batch_calls=session"},
+                   2},
+        ClientMode{"BatchPipelined",
+                   {"--client=library", "--batch=2", "--batch_calls=pipelined"},
                    2},
         ClientMode{
             "BatchCallback", {"--client=library-callback", "--batch=2"}, 2}),

@@ -71,9 +71,12 @@ ABSL_FLAG(int32_t, batch, 1,
           "message of the same bytes. 1: one stream per session");
 ABSL_FLAG(std::string, batch_calls, "batch",
           "With --batch > 1, how a thread steps its sessions: batch "
-          "(DecodeBatch::Step, the whole batch in one call) or session (each "
+          "(DecodeBatch::Step, the whole batch in one call), session (each "
           "session's StepAsync, then each one's Collect: the library gathers "
-          "them into one message)");
+          "them into one message) or pipelined (as session, but each "
+          "decode step's message is sent before the previous one's answers "
+          "are collected: two messages in flight, evictions applied one step "
+          "late)");
 ABSL_FLAG(std::string, sketch, "exact",
           "exact or project:R (client library only: it projects)");
 ABSL_FLAG(std::string, query_form, "per_head",
@@ -256,8 +259,10 @@ absl::Status ApplyLoadFlags(Options* options) {
         "library: add --client=library");
   }
   options->batch_calls = absl::GetFlag(FLAGS_batch_calls);
-  if (options->batch_calls != "batch" && options->batch_calls != "session") {
-    return absl::InvalidArgumentError("--batch_calls: batch or session");
+  if (options->batch_calls != "batch" && options->batch_calls != "session" &&
+      options->batch_calls != "pipelined") {
+    return absl::InvalidArgumentError(
+        "--batch_calls: batch, session or pipelined");
   }
   if (options->sessions % options->batch != 0) {
     return absl::InvalidArgumentError(

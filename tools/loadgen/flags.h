@@ -32,8 +32,10 @@ struct Options {
   SessionOptions session_options;
   int sessions = 0;
   int batch = 1;            // Sessions per thread.
-  // With batch > 1: "batch" (DecodeBatch::Step) or "session" (each
-  // session's StepAsync and Collect, gathered by the library).
+  // With batch > 1: "batch" (DecodeBatch::Step), "session" (each
+  // session's StepAsync and Collect, gathered by the library) or
+  // "pipelined" (as "session", with the next message sent before the
+  // previous one's answers are collected).
   std::string batch_calls = "batch";
   int threads = 0;          // sessions / batch.
   int rounds = 0;           // Ignored with a duration.

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -149,6 +150,12 @@ class BatchRunner final : public Runner {
   void RunPhase(const std::string& mode, absl::Time phase_start) override {
     ModeStats stats;
     const int64_t n = static_cast<int64_t>(data_.size());
+    if (mode != "echo") {
+      counted_.clear();
+      for (const auto& session : sessions_) {
+        counted_.push_back(session->counters());
+      }
+    }
     for (int k = 0; k < shared_->options.steps_per_round; ++k) {
       PaceStep(shared_->options.ThreadRate(), phase_start, k);
       if (mode != "echo") {
@@ -160,6 +167,13 @@ class BatchRunner final : public Runner {
         Echo(&stats);
       }
       shared_->done.fetch_add(n, std::memory_order_relaxed);
+    }
+    // The phase's last message is answered within the phase.
+    if (in_flight_.has_value()) CollectInFlight(&stats);
+    if (mode != "echo" && shared_->options.steps_per_round > 0) {
+      // Echo's messages: the mean size of this phase's messages each way.
+      last_sent_ = stats.bytes_sent / shared_->options.steps_per_round;
+      last_received_ = stats.bytes_received / shared_->options.steps_per_round;
     }
     shared_->Merge(mode, stats);
   }
@@ -198,36 +212,63 @@ class BatchRunner final : public Runner {
     }
     ++pool_index_;
     std::vector<BatchStep> steps;
-    std::vector<SessionCounters> before;
     for (size_t i = 0; i < data_.size(); ++i) {
       steps.push_back(
           {sessions_[i].get(), Request(slots[i], picks[i]->key, picks[i]->query,
                                        picks[i]->entropy)});
-      before.push_back(sessions_[i]->counters());
     }
     const absl::Time start = absl::Now();
-    std::vector<absl::StatusOr<StepOutcome>> outcomes;
-    if (shared_->options.batch_calls == "session") {
-      // Each session's own halves: the library gathers the steps into one
-      // message (sent with the last StepAsync) and reads its answer once.
-      outcomes.reserve(steps.size());
-      std::vector<absl::Status> sent;
-      for (const BatchStep& step : steps) {
-        sent.push_back(step.session->StepAsync(step.request));
-      }
-      for (size_t i = 0; i < steps.size(); ++i) {
-        outcomes.push_back(sent[i].ok()
-                               ? steps[i].session->Collect()
-                               : absl::StatusOr<StepOutcome>(sent[i]));
-      }
-    } else {
-      outcomes = batch_->Step(steps);
+    const std::string& calls = shared_->options.batch_calls;
+    if (calls == "batch") {
+      const std::vector<absl::StatusOr<StepOutcome>> outcomes =
+          batch_->Step(steps);
+      Tally(outcomes, absl::Now() - start, stats);
+      return;
     }
-    const absl::Duration latency = absl::Now() - start;
+    // Each session's own halves: the library gathers the steps into one
+    // message, sent with the last StepAsync.
+    InFlight sent{start, {}};
+    sent.sent.reserve(steps.size());
+    for (const BatchStep& step : steps) {
+      sent.sent.push_back(step.session->StepAsync(step.request));
+    }
+    if (calls == "pipelined") {
+      // This message goes out before the previous one's answers are read,
+      // as an engine that overlaps the sidecar with its own compute does.
+      if (in_flight_.has_value()) CollectInFlight(stats);
+      in_flight_ = std::move(sent);
+      return;
+    }
+    in_flight_ = std::move(sent);
+    CollectInFlight(stats);
+  }
+
+  // Reads the answers to the message in flight (each session's Collect) and
+  // counts them; its latency runs from its first StepAsync to now.
+  void CollectInFlight(ModeStats* stats) {
+    std::vector<absl::StatusOr<StepOutcome>> outcomes;
+    outcomes.reserve(in_flight_->sent.size());
+    for (size_t i = 0; i < in_flight_->sent.size(); ++i) {
+      outcomes.push_back(in_flight_->sent[i].ok() ? sessions_[i]->Collect()
+                                                  : absl::StatusOr<StepOutcome>(
+                                                        in_flight_->sent[i]));
+    }
+    const absl::Duration latency = absl::Now() - in_flight_->start;
+    in_flight_.reset();
+    Tally(outcomes, latency, stats);
+  }
+
+  // Counts one message's outcomes (session i's at index i), and the bytes
+  // every session sent and received since they were last counted.
+  void Tally(const std::vector<absl::StatusOr<StepOutcome>>& outcomes,
+             absl::Duration latency, ModeStats* stats) {
     bool all_server = true;
     int64_t sent = 0, received = 0;
     for (size_t i = 0; i < outcomes.size(); ++i) {
-      AddBytes(before[i], *sessions_[i], &sent, &received);
+      const SessionCounters now = sessions_[i]->counters();
+      sent += now.bytes_sent - counted_[i].bytes_sent;
+      received += now.bytes_received - counted_[i].bytes_received;
+      counted_[i] = now;
       if (!outcomes[i].ok()) {
         ++stats->codes[CodeName(outcomes[i].status().code())];
         all_server = false;
@@ -245,8 +286,6 @@ class BatchRunner final : public Runner {
     }
     stats->bytes_sent += sent;
     stats->bytes_received += received;
-    last_sent_ = sent;
-    last_received_ = received;
     // A message's latency counts only when the server answered all of it.
     if (all_server) {
       stats->latency_ns.push_back(absl::ToInt64Nanoseconds(latency));
@@ -275,6 +314,15 @@ class BatchRunner final : public Runner {
   std::unique_ptr<DecodeBatch> batch_;
   std::vector<std::unique_ptr<Session>> sessions_;
   std::vector<uint64_t> next_slot_;
+  // Each session's counters when its bytes were last counted.
+  std::vector<SessionCounters> counted_;
+  // A message sent by StepAsync and not yet collected (--batch_calls=session
+  // or pipelined): when its first step was sent, and each step's send.
+  struct InFlight {
+    absl::Time start;
+    std::vector<absl::Status> sent;
+  };
+  std::optional<InFlight> in_flight_;
   size_t pool_index_ = 0;
   int64_t last_sent_ = 0;
   int64_t last_received_ = 0;
