@@ -1,10 +1,12 @@
 #include "run.h"
 
 #include <algorithm>
+#include <atomic>
 #include <cstdio>
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <utility>
 #include <vector>
 
@@ -102,16 +104,38 @@ void FindServerProcess(Shared* shared) {
   shared->server_pid = pid;
 }
 
+// Every session's synthetic data, session i's from seed + i, generated on
+// as many threads as the machine has (the streams are independent, so the
+// data is the same on any number): at the 8B shape a session's prefill is
+// millions of Gaussian draws.
+std::vector<SessionData> MakeAllData(const Options& options) {
+  const int n = options.threads * options.batch;
+  std::vector<SessionData> data(n);
+  std::atomic<int> next{0};
+  const auto work = [&] {
+    for (int i = next++; i < n; i = next++) {
+      data[i] = MakeData(options.config, options.prefill, options.prefill_chunk,
+                         options.pool, options.seed + i);
+    }
+  };
+  const int workers =
+      std::min<int>(n, std::max(1u, std::thread::hardware_concurrency()));
+  std::vector<std::thread> threads;
+  for (int w = 1; w < workers; ++w) threads.emplace_back(work);
+  work();
+  for (std::thread& thread : threads) thread.join();
+  return data;
+}
+
 // A runner per thread: a session each, or --batch sessions each.
 std::vector<std::unique_ptr<Runner>> MakeRunners(Shared* shared) {
   const Options& options = shared->options;
+  std::vector<SessionData> all = MakeAllData(options);
   std::vector<std::unique_ptr<Runner>> runners;
   for (int t = 0; t < options.threads; ++t) {
     std::vector<SessionData> data;
     for (int j = 0; j < options.batch; ++j) {
-      data.push_back(MakeData(options.config, options.prefill,
-                              options.prefill_chunk, options.pool,
-                              options.seed + t * options.batch + j));
+      data.push_back(std::move(all[t * options.batch + j]));
     }
     if (options.batch > 1) {
       runners.push_back(CreateBatchRunner(shared, std::move(data)));
