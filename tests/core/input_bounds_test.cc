@@ -7,10 +7,11 @@
 #include <cstring>
 #include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
-
 #include "entrokv/core/backend.h"
 #include "entrokv/core/element_type.h"
 #include "gtest/gtest.h"
@@ -191,6 +192,26 @@ TEST_P(InPlaceCheckTest, AcceptsExactlyTheFiniteValuesUpTo1e8) {
     ++checked;
   }
   EXPECT_EQ(checked, static_cast<int64_t>(patterns.size()));
+}
+
+// With several bad elements the error names the first, wherever the others
+// are: in the same 256-element block, in the tail after it, or before it.
+TEST_P(InPlaceCheckTest, NamesTheFirstOfSeveralBadElements) {
+  // A NaN in the step's type.
+  const uint32_t nan = GetParam() == ElementType::kF32   ? 0x7FC00000u
+                       : GetParam() == ElementType::kF16 ? 0x7E00u
+                                                         : 0x7FC0u;
+  const size_t esize = ElementSize(GetParam());
+  for (const auto& [first, second] : std::vector<std::pair<size_t, size_t>>{
+           {10, 200}, {100, 300}, {255, 256}, {257, 319}, {0, 319}}) {
+    std::memcpy(query_.data() + second * esize, &nan, esize);
+    const absl::Status st = StepWith(nan, /*in_query=*/true, first);
+    std::memset(query_.data() + second * esize, 0, esize);
+    ASSERT_FALSE(st.ok());
+    EXPECT_TRUE(
+        absl::EndsWith(st.message(), absl::StrCat(" at element ", first)))
+        << first << ", " << second << ": " << st;
+  }
 }
 
 INSTANTIATE_TEST_SUITE_P(AllTypes, InPlaceCheckTest,
