@@ -295,6 +295,8 @@ TEST_F(LoadgenTest, EveryWayOfSteppingABatchCountsEachStepOnce) {
     args.push_back(absl::StrCat("--batch_calls=", calls));
     const LoadgenRun run = RunLoadgen(args);
     ASSERT_EQ(run.exit_code, 0) << run.output;
+    EXPECT_THAT(run.output,
+                HasSubstr(absl::StrCat("\"batch_calls\": \"", calls, "\"")));
     const std::string entrokv =
         run.output.substr(run.output.find("\"entrokv\": {"));
     EXPECT_EQ(JsonInt(entrokv, "count"), 40) << run.output;

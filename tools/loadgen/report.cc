@@ -170,9 +170,12 @@ std::string FormatText(const RunDescription& run,
   if (run.batch > 1) {
     absl::StrAppendFormat(
         &out,
-        "batch=%d: one message carries %d sessions' steps; count and "
-        "latency are per message, steps/s counts steps\n\n",
-        run.batch, run.batch);
+        "batch=%d (%s): one message carries %d sessions' steps; count and "
+        "latency are per message%s, steps/s counts steps\n\n",
+        run.batch, run.batch_calls, run.batch,
+        run.batch_calls == "pipelined"
+            ? " (its answers read after the next message is sent)"
+            : "");
   }
   absl::StrAppendFormat(
       &out, "%-8s %9s %10s %8s %8s %8s %8s %9s %11s %11s %7s  %s\n", "mode",
@@ -310,15 +313,17 @@ std::string FormatJson(const RunDescription& run,
       "{\"target\": \"%s\", \"shape\": \"%s\", \"policy\": \"%s\", "
       "\"budget\": %d, \"sessions\": %d, \"prefill\": %d, \"rounds\": %d, "
       "\"steps_per_round\": %d, \"rate\": %.1f, \"client\": \"%s\", "
-      "\"request_bytes\": %d, \"batch\": %d, \"modes\": {%s}, "
+      "\"request_bytes\": %d, \"batch\": %d, \"batch_calls\": \"%s\", "
+      "\"modes\": {%s}, "
       "\"entrokv_over_echo\": %s, \"failures\": {\"planned_steps\": %d, "
       "\"failed_steps\": %d, \"steps_by_code\": %s, "
       "\"sessions_not_started\": %s, \"closes_failed\": %s}, "
       "\"policies\": %s}\n",
       run.target, run.shape, run.policy, run.budget, run.sessions, run.prefill,
       run.rounds, run.steps_per_round, run.rate, run.client, run.request_bytes,
-      run.batch, absl::StrJoin(parts, ", "), ratios, run.planned_steps, failed,
-      CodesJson(failed_by_code), CodesJson(failures.sessions_not_started),
+      run.batch, run.batch_calls, absl::StrJoin(parts, ", "), ratios,
+      run.planned_steps, failed, CodesJson(failed_by_code),
+      CodesJson(failures.sessions_not_started),
       CodesJson(failures.closes_failed), PolicyTableJson(run.policies));
 }
 

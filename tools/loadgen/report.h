@@ -91,6 +91,10 @@ struct RunDescription {
   // Steps per message (--batch): each latency sample is one message, which
   // answers `batch` steps.
   int batch = 1;
+  // With batch > 1, how a thread steps its batch (--batch_calls): "batch",
+  // "session" or "pipelined" (a message's answers read one iteration after
+  // it was sent, so its latency includes that iteration).
+  std::string batch_calls = "batch";
   // Steps planned over all sessions and modes.
   int64_t planned_steps = 0;
   // The server's pid when its process counters were read (server_process.h).

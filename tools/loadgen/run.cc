@@ -198,6 +198,7 @@ RunDescription Describe(const Options& options, const PhaseLog& log,
   run.rate = options.rate;
   run.client = options.client;
   run.batch = options.batch;
+  run.batch_calls = options.batch_calls;
   run.planned_steps = int64_t{options.sessions} * options.steps_per_round *
                       static_cast<int64_t>(log.modes.size());
   run.request_bytes = DecodeRequestBytes(config);
