@@ -12,18 +12,21 @@
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <cstddef>
 #include <cstring>
+#include <iterator>
 #include <limits>
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <utility>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "cpu_kernels.h"
-#include "key_stats.h"
 #include "entrokv/core/backend.h"
+#include "key_stats.h"
 #include "layered_session.h"
 #include "slot_table.h"
 #include "step_common.h"
@@ -98,6 +101,20 @@ class CpuSession final : public SessionState {
   // decoded and scaled by 1/sqrt(head_dim) in the same pass that sums them
   // per GQA group.
   void Score(const std::byte* raw, bool need_mean, bool need_attention);
+  // keep_ and protect_ of every held entry, with the step's ranking known at
+  // compile time: rule::KeepScore's switch and the reads of the scores other
+  // rankings use fold away, per entry. The same values as with the ranking
+  // read at run time.
+  template <Ranking kRanking>
+  void KeepScores(rule::StepView view, bool need_attention);
+  // KeepScores<view.ranking>, for the rankings kAllRankings[kAt...].
+  template <size_t... kAt>
+  void KeepScoresFor(const rule::StepView& view, bool need_attention,
+                     std::index_sequence<kAt...>) {
+    (void)((view.ranking == kAllRankings[kAt] &&
+            (KeepScores<kAllRankings[kAt]>(view, need_attention), true)) ||
+           ...);
+  }
   // The expected ranking's e_i (section 3) from its query statistics.
   void ScoreExpected();
   // The scoring kernel's arguments for every live entry, with `queries`
@@ -188,6 +205,32 @@ class CpuSession final : public SessionState {
   TierScratch tier_scratch_;
   TierMoves tier_moves_;
 };
+
+template <Ranking kRanking>
+void CpuSession::KeepScores(rule::StepView view, bool need_attention) {
+  view.ranking = kRanking;
+  const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
+  const int64_t n = held();
+  for (int64_t p = 0; p < n; ++p) {
+    const int64_t index = table_.indices()[p];
+    keep_[p] = rule::KeepScore(
+        view,
+        {.index = index,
+         .key_norm = kRanking == Ranking::kKeyNorm ? key_norm_[p] : 0.0,
+         .attention = need_attention ? attention_[p] : 0.0,
+         .h2o_acc = kRanking == Ranking::kH2o ? h2o_acc_[p] : 0.0,
+         .omega = kRanking == Ranking::kAffinity
+                      ? rule::Omega(seed_rule, affinity_[p])
+                      : 0.0,
+         .key_diff = kRanking == Ranking::kKeyDiff ? key_diff_[p] : 0.0,
+         .expected = kRanking == Ranking::kExpected ? expected_[p] : 0.0,
+         .birth_entropy = kRanking == Ranking::kBirth ? affinity_[p] : 0.0,
+         .redundancy = kRanking == Ranking::kRkv ? redundancy_[p] : 0.0});
+    protect_[p] =
+        rule::IsProtected(config_.protection.sinks, config_.protection.recent,
+                          index, table_.next_index(), table_.pinned()[p] != 0);
+  }
+}
 
 bool CpuSession::Reserve(int64_t needed) {
   if (needed <= capacity_) return true;
@@ -417,27 +460,11 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                      &redundancy_, &rkv_scratch_);
   }
   if (rank_now && ranking == Ranking::kExpected && n > 0) ScoreExpected();
-  const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
   keep_.resize(static_cast<size_t>(n));
   protect_.resize(static_cast<size_t>(n));
-  for (int64_t p = 0; rank_now && p < n; ++p) {
-    const int64_t index = table_.indices()[p];
-    keep_[p] = rule::KeepScore(
-        view, {.index = index,
-               .key_norm = key_norm_[p],
-               .attention = need_attention ? attention_[p] : 0.0,
-               .h2o_acc = h2o_acc_[p],
-               .omega = ranking == Ranking::kAffinity
-                            ? rule::Omega(seed_rule, affinity_[p])
-                            : 0.0,
-               .key_diff = ranking == Ranking::kKeyDiff ? key_diff_[p] : 0.0,
-               .expected = ranking == Ranking::kExpected ? expected_[p] : 0.0,
-               .birth_entropy =
-                   ranking == Ranking::kBirth ? affinity_[p] : 0.0,
-               .redundancy = ranking == Ranking::kRkv ? redundancy_[p] : 0.0});
-    protect_[p] = rule::IsProtected(
-        config_.protection.sinks, config_.protection.recent, index,
-        table_.next_index(), table_.pinned()[p] != 0);
+  if (rank_now) {
+    KeepScoresFor(view, need_attention,
+                  std::make_index_sequence<std::size(kAllRankings)>());
   }
   if (trace != nullptr) {
     const std::vector<int32_t> order = table_.AppendOrder();
