@@ -8,6 +8,8 @@
 #include <cstdlib>
 #include <fstream>
 #include <numeric>
+#include <random>
+#include <set>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -344,6 +346,191 @@ TEST_F(LiveSetTest, PromotingAnUnknownIdAppendsIt) {
   EXPECT_EQ(live_.Promote(std::vector<uint64_t>{77}), 1);
   EXPECT_THAT(live_.Slots(), ElementsAre(10, 11, 12, 77));
   EXPECT_EQ(live_.next_index(), 4);
+}
+
+}  // namespace
+}  // namespace entrokv
+
+namespace entrokv {
+namespace {
+
+// A LiveSet written the plainest way, for the randomized test below: every
+// entry ever appended, by append index, with its state; the evictions
+// worked out block by block from the rule's text (LiveSet walks its
+// entries instead).
+class ModelLiveSet {
+ public:
+  enum State { kGone, kLive, kDemoted };
+  struct Entry {
+    uint64_t slot_id;
+    bool pinned;
+    State state;
+  };
+
+  void Append(uint64_t id, bool pinned) {
+    entries_.push_back({id, pinned, kLive});
+  }
+  // The append index of a held id, or -1.
+  int64_t Find(uint64_t id) const {
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (entries_[i].slot_id == id && entries_[i].state != kGone) return i;
+    }
+    return -1;
+  }
+  std::vector<Entry>& entries() { return entries_; }
+
+  std::vector<uint64_t> InState(State state) const {
+    std::vector<uint64_t> out;
+    for (const Entry& e : entries_) {
+      if (e.state == state) out.push_back(e.slot_id);
+    }
+    return out;
+  }
+  std::vector<uint8_t> LivePinned() const {
+    std::vector<uint8_t> out;
+    for (const Entry& e : entries_) {
+      if (e.state == kLive) out.push_back(e.pinned ? 1 : 0);
+    }
+    return out;
+  }
+
+  std::vector<uint64_t> StreamingEvictions(const StreamingRule& rule) const {
+    const int64_t next = static_cast<int64_t>(entries_.size());
+    const auto live_unprotected = [&](int64_t i) {
+      const Entry& e = entries_[i];
+      return e.state == kLive &&
+             !rule::IsProtected(rule.sinks, rule.recent, i, next, e.pinned);
+    };
+    int64_t need = static_cast<int64_t>(InState(kLive).size()) - rule.budget;
+    std::vector<uint64_t> out;
+    const int64_t n = rule.block_size;
+    for (int64_t first = 0; need > 0 && first + n <= next; first += n) {
+      bool whole = true;
+      for (int64_t i = first; i < first + n; ++i) {
+        whole = whole && live_unprotected(i);
+      }
+      if (!whole) continue;
+      for (int64_t i = first; i < first + n; ++i) {
+        out.push_back(entries_[i].slot_id);
+      }
+      need -= n;
+    }
+    return out;
+  }
+  // The streaming evictions and every demoted id, in append order.
+  std::vector<uint64_t> FailOpenEvictions(const StreamingRule& rule) const {
+    const std::vector<uint64_t> live = StreamingEvictions(rule);
+    const std::set<uint64_t> evicted(live.begin(), live.end());
+    std::vector<uint64_t> out;
+    for (const Entry& e : entries_) {
+      if (e.state == kDemoted ||
+          (e.state == kLive && evicted.contains(e.slot_id))) {
+        out.push_back(e.slot_id);
+      }
+    }
+    return out;
+  }
+
+ private:
+  std::vector<Entry> entries_;
+};
+
+// Thousands of random appends, removals (of held and unknown ids),
+// demotions and promotions (of demoted and unknown ids), with LiveSet
+// checked against the model after each: its entries, its tier, and the
+// local decisions by token and by block of 4, with sinks, a recent window
+// and pinned entries. Enough removals to drop its removed entries many
+// times over.
+TEST(LiveSetRandomTest, AgreesWithAPlainModelThroughManyOperations) {
+  std::mt19937_64 rng(7);
+  // Uniform in [0, n); 0 when n is 0.
+  const auto below = [&](uint64_t n) { return n == 0 ? 0 : rng() % n; };
+  LiveSet live;
+  ModelLiveSet model;
+  uint64_t next_id = 1000;
+  std::vector<uint64_t> slots, model_slots;
+  std::vector<uint8_t> pinned;
+  for (int op = 0; op < 6000; ++op) {
+    SCOPED_TRACE(absl::StrCat("operation ", op));
+    const uint64_t kind = below(10);
+    if (kind < 5) {  // Append 1 to 3 new ids.
+      const int count = 1 + static_cast<int>(below(3));
+      std::vector<uint64_t> ids;
+      std::vector<uint8_t> flags;
+      for (int i = 0; i < count; ++i) {
+        ids.push_back(next_id++);
+        flags.push_back(below(8) == 0 ? 1 : 0);
+      }
+      ASSERT_OK(live.CheckAppend(ids, flags));
+      live.Append(ids, flags);
+      for (int i = 0; i < count; ++i) model.Append(ids[i], flags[i] != 0);
+    } else if (kind < 8) {  // Remove up to 4 ids, most of them held.
+      const std::vector<uint64_t> held_ids = model.InState(ModelLiveSet::kLive);
+      std::vector<uint64_t> ids;
+      int64_t expected = 0;
+      for (int i = 0, count = 1 + static_cast<int>(below(4)); i < count; ++i) {
+        const uint64_t id = held_ids.empty() || below(4) == 0
+                                ? 1000 + below(next_id - 1000 + 5)
+                                : held_ids[below(held_ids.size())];
+        if (std::find(ids.begin(), ids.end(), id) != ids.end()) continue;
+        ids.push_back(id);
+        if (const int64_t at = model.Find(id); at >= 0) {
+          model.entries()[at].state = ModelLiveSet::kGone;
+          ++expected;
+        }
+      }
+      ASSERT_EQ(live.Remove(ids), expected);
+    } else if (kind == 8) {  // Demote a random id.
+      const uint64_t id = 1000 + below(next_id - 1000);
+      const int64_t at = model.Find(id);
+      const bool moves =
+          at >= 0 && model.entries()[at].state == ModelLiveSet::kLive;
+      if (moves) model.entries()[at].state = ModelLiveSet::kDemoted;
+      ASSERT_EQ(live.Demote({&id, 1}), moves ? 1 : 0);
+    } else {  // Promote a demoted id, or an unknown one.
+      const std::vector<uint64_t> tier = model.InState(ModelLiveSet::kDemoted);
+      const bool unknown = tier.empty() || below(4) == 0;
+      const uint64_t id = unknown ? next_id++ : tier[below(tier.size())];
+      if (unknown) {
+        model.Append(id, false);
+      } else {
+        model.entries()[model.Find(id)].state = ModelLiveSet::kLive;
+      }
+      ASSERT_EQ(live.Promote({&id, 1}), 1);
+    }
+    ASSERT_EQ(live.Slots(), model.InState(ModelLiveSet::kLive));
+    ASSERT_EQ(live.TierSlots(), model.InState(ModelLiveSet::kDemoted));
+    ASSERT_EQ(live.size(),
+              static_cast<int64_t>(model.InState(ModelLiveSet::kLive).size()));
+    ASSERT_EQ(
+        live.tier_size(),
+        static_cast<int64_t>(model.InState(ModelLiveSet::kDemoted).size()));
+    live.Entries(&slots, &pinned);
+    ASSERT_EQ(pinned, model.LivePinned());
+    const uint64_t probe = 1000 + below(next_id - 1000);
+    const int64_t at = model.Find(probe);
+    ASSERT_EQ(live.Contains(probe),
+              at >= 0 && model.entries()[at].state == ModelLiveSet::kLive);
+    ASSERT_EQ(live.Demoted(probe),
+              at >= 0 && model.entries()[at].state == ModelLiveSet::kDemoted);
+    const int64_t held = live.size();
+    for (const StreamingRule rule :
+         {StreamingRule{.budget = std::max<int64_t>(1, held / 2)},
+          StreamingRule{.budget = std::max<int64_t>(1, held - 3),
+          .sinks = 4,
+          .recent = 8},
+          StreamingRule{.budget = std::max<int64_t>(1, held / 3),
+          .sinks = 2,
+          .recent = 5,
+          .block_size = 4}}) {
+      ASSERT_EQ(live.StreamingEvictions(rule), model.StreamingEvictions(rule))
+          << "budget " << rule.budget << " block " << rule.block_size;
+      ASSERT_EQ(live.FailOpenEvictions(rule), model.FailOpenEvictions(rule));
+    }
+  }
+  // The run removed far more entries than it holds at the end.
+  EXPECT_LT(live.size() + live.tier_size(),
+            static_cast<int64_t>(next_id - 1000) / 2);
 }
 
 }  // namespace

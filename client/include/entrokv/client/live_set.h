@@ -31,7 +31,6 @@
 #define ENTROKV_CLIENT_LIVE_SET_H_
 
 #include <cstdint>
-#include <map>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -85,14 +84,10 @@ class LiveSet {
   std::vector<uint64_t> FailOpenEvictions(const StreamingRule& rule) const;
 
   // True when `slot_id` is live (not demoted).
-  bool Contains(uint64_t slot_id) const {
-    return entries_.contains(IndexOf(slot_id));
-  }
-  bool Demoted(uint64_t slot_id) const {
-    return tier_.contains(IndexOf(slot_id));
-  }
-  int64_t size() const { return static_cast<int64_t>(entries_.size()); }
-  int64_t tier_size() const { return static_cast<int64_t>(tier_.size()); }
+  bool Contains(uint64_t slot_id) const { return StateOf(slot_id) == kLive; }
+  bool Demoted(uint64_t slot_id) const { return StateOf(slot_id) == kDemoted; }
+  int64_t size() const { return live_; }
+  int64_t tier_size() const { return demoted_; }
   // Demoted ids in append order.
   std::vector<uint64_t> TierSlots() const;
   int64_t next_index() const { return next_index_; }
@@ -103,18 +98,30 @@ class LiveSet {
                std::vector<uint8_t>* pinned) const;
 
  private:
+  enum State : uint8_t { kGone, kLive, kDemoted };
   struct Entry {
+    int64_t index;  // Append index.
     uint64_t slot_id;
     bool pinned;
+    State state;
   };
-  // The append index of a held id; -1 when it is not held.
-  int64_t IndexOf(uint64_t slot_id) const {
-    auto it = index_of_.find(slot_id);
-    return it == index_of_.end() ? -1 : it->second;
+  // The position in entries_ of the held id `slot_id`, or -1.
+  int64_t PositionOf(uint64_t slot_id) const;
+  State StateOf(uint64_t slot_id) const {
+    const int64_t at = PositionOf(slot_id);
+    return at < 0 ? kGone : entries_[at].state;
   }
+  // Drops the removed entries from entries_ once they are the majority.
+  void CompactIfSparse();
 
-  std::map<int64_t, Entry> entries_;  // Live, by append index.
-  std::map<int64_t, Entry> tier_;     // Demoted, by append index.
+  // Every entry appended and not yet dropped, in append order (ascending
+  // append index): live, demoted, or removed (kGone) until CompactIfSparse
+  // drops it. One vector instead of a node per entry: appends go at the end,
+  // and a promoted entry returns to its place by changing its state.
+  std::vector<Entry> entries_;
+  int64_t live_ = 0;
+  int64_t demoted_ = 0;
+  int64_t gone_ = 0;
   absl::flat_hash_map<uint64_t, int64_t> index_of_;  // Live and demoted.
   int64_t next_index_ = 0;
 };
