@@ -37,9 +37,10 @@ uint32_t LargestAcceptedBits(ElementType type) {
 // place: no element is decoded. Whole blocks of kBlock elements are scanned
 // with a constant trip count and an OR of the comparisons, which GCC
 // vectorises at -O2 (its cheap cost model takes no loop whose length is
-// known only at run time): 12 times as fast as the scalar scan for 2,560
-// f16 elements, a default-shape step's keys and queries. Only a block with
-// a bad element, and the tail, are searched one element at a time.
+// known only at run time): in a harness, 12 times as fast as the scalar
+// scan for 2,560 f16 elements, a default-shape step's keys and queries.
+// Only a block with a bad element, and the tail, are searched one element
+// at a time.
 template <typename Bits>
 int64_t FirstOutOfRangeBits(const std::byte* bytes, int64_t count,
                             uint32_t largest) {
