@@ -20,10 +20,11 @@ int64_t LiveSet::PositionOf(uint64_t slot_id) const {
 }
 
 void LiveSet::CompactIfSparse() {
-  if (gone_ < 64 || gone_ * 2 < static_cast<int64_t>(entries_.size())) return;
+  const int64_t size = static_cast<int64_t>(entries_.size());
+  const int64_t gone = size - live_ - demoted_;
+  if (gone < 64 || gone * 2 < size) return;
   std::erase_if(entries_,
                 [](const Entry& entry) { return entry.state == kGone; });
-  gone_ = 0;
 }
 
 absl::Status LiveSet::CheckAppend(absl::Span<const uint64_t> slot_ids,
@@ -69,7 +70,6 @@ int64_t LiveSet::Remove(absl::Span<const uint64_t> slot_ids) {
     Entry& entry = entries_[at];
     --(entry.state == kLive ? live_ : demoted_);
     entry.state = kGone;
-    ++gone_;
     index_of_.erase(id);
     ++removed;
   }

@@ -120,8 +120,7 @@ class LiveSet {
   // and a promoted entry returns to its place by changing its state.
   std::vector<Entry> entries_;
   int64_t live_ = 0;
-  int64_t demoted_ = 0;
-  int64_t gone_ = 0;
+  int64_t demoted_ = 0;  // The rest of entries_ is removed (kGone).
   absl::flat_hash_map<uint64_t, int64_t> index_of_;  // Live and demoted.
   int64_t next_index_ = 0;
 };
