@@ -188,6 +188,9 @@ template <class Isa, ElementType kType, int kVecs>
   using Vec = typename Isa::Vec;
   constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
   constexpr int64_t chunk = int64_t{Isa::kWidth} * esize;
+  // With the head size fixed, so is the row: each key's address is then k0
+  // plus a constant, not one of 16 run-time offsets held in registers.
+  if constexpr (kVecs > 0) row = kVecs * chunk;
   // Unrolled, so that the 16 results stay in registers.
   Vec acc[16];
 #pragma GCC unroll 16
@@ -210,45 +213,92 @@ template <class Isa, ElementType kType, int kVecs>
   Isa::AddToSums(sum, Isa::ReduceAdd16(acc));
 }
 
-// SumKeys' loop over the blocks of 16 keys of one plane; returns the first
-// position it left (live rounded down to 16). The rows are read in address
-// order, without software prefetch but for the smallest rows: the hardware
-// prefetcher follows a sequential read. On the machine of
-// docs/performance.md this read 8B-shape keys about 1.5 times as fast as
-// reading a block column by column (all 16 keys' first 64 bytes, then their
-// next) with every line prefetched ahead, as this kernel used to.
-template <class Isa, ElementType kType, int kVecs>
+// SumKeys' loop over the blocks of 16 keys of kPlanes consecutive planes,
+// the first of which starts at `base` (the next plane_bytes further on),
+// with its query at `q` (the next d floats further on); returns the first
+// position it left (live rounded down to 16). For each block, the planes'
+// sums are added in plane order to a copy of sum[p .. p + 15] that stays in
+// the cache, and written back once: the same additions in the same order as
+// one plane at a time, with a 32k-entry sum array read and written once per
+// kPlanes planes instead of once per plane.
+//
+// Each plane's rows are read in address order, without software prefetch
+// but for the smallest rows: the hardware prefetcher follows a sequential
+// read. On the machine of docs/performance.md this read 8B-shape keys about
+// 1.5 times as fast as reading a block column by column (all 16 keys' first
+// 64 bytes, then their next) with every line prefetched ahead, as this
+// kernel used to.
+template <class Isa, ElementType kType, int kVecs, int kPlanes>
 int64_t SumKeysBySixteen(const ScoreArgs& a, const std::byte* base,
-                         const float* q) {
+                         int64_t plane_bytes, const float* q) {
   using Vec = typename Isa::Vec;
   constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
-  const int64_t row = int64_t{a.head_dim} * esize;
+  const int64_t row =
+      kVecs > 0 ? kVecs * Isa::kWidth * esize : int64_t{a.head_dim} * esize;
   // Blocks of at most 512 bytes (a sketch's 16 f16 elements a row) are
   // prefetched kPrefetchBytes ahead all the same: there it read 5-10%
   // faster, and at 1 KB and more slower, than the hardware alone.
   constexpr bool kPrefetch = Isa::kPrefetchBytes > 0 && kVecs > 0 &&
                              16 * kVecs * Isa::kWidth * esize <= 512;
-  Vec qv[kVecs > 0 ? kVecs : 1];
+  Vec qv[kPlanes][kVecs > 0 ? kVecs : 1];
   if constexpr (kVecs > 0) {
+#pragma GCC unroll 8
+    for (int i = 0; i < kPlanes; ++i) {
 #pragma GCC unroll 16
-    for (int v = 0; v < kVecs; ++v) qv[v] = Isa::LoadQuery(q + v * Isa::kWidth);
+      for (int v = 0; v < kVecs; ++v) {
+        qv[i][v] = Isa::LoadQuery(q + i * a.head_dim + v * Isa::kWidth);
+      }
+    }
   }
   int64_t p = 0;
   for (; p + 15 < a.live; p += 16) {
-    if constexpr (kPrefetch) {
-      for (int64_t c = 0; c < 16 * row; c += 64) {
-        Isa::Prefetch(base + p * row + Isa::kPrefetchBytes + c);
+    double sums[16];
+    std::memcpy(sums, a.sum + p, sizeof(sums));
+#pragma GCC unroll 8
+    for (int i = 0; i < kPlanes; ++i) {
+      const std::byte* block = base + i * plane_bytes + p * row;
+      if constexpr (kPrefetch) {
+        for (int64_t c = 0; c < 16 * row; c += 64) {
+          Isa::Prefetch(block + Isa::kPrefetchBytes + c);
+        }
       }
+      SumSixteenKeys<Isa, kType, kVecs>(block, row, q + i * a.head_dim, qv[i],
+                                        a.head_dim, sums);
     }
-    SumSixteenKeys<Isa, kType, kVecs>(base + p * row, row, q, qv, a.head_dim,
-                                      a.sum + p);
+    std::memcpy(a.sum + p, sums, sizeof(sums));
   }
   return p;
 }
 
+// SumKeysBySixteen for kPlanes planes, the query held in registers for the
+// common head sizes.
+template <class Isa, ElementType kType, int kPlanes>
+int64_t SumPlanesBySixteen(const ScoreArgs& a, const std::byte* base,
+                           int64_t plane_bytes, const float* q) {
+  switch (a.head_dim / Isa::kWidth) {
+    case 1:
+      return SumKeysBySixteen<Isa, kType, 1, kPlanes>(a, base, plane_bytes, q);
+    case 2:
+      return SumKeysBySixteen<Isa, kType, 2, kPlanes>(a, base, plane_bytes, q);
+    case 4:
+      return SumKeysBySixteen<Isa, kType, 4, kPlanes>(a, base, plane_bytes, q);
+    case 8:
+      return SumKeysBySixteen<Isa, kType, 8, kPlanes>(a, base, plane_bytes, q);
+    default:
+      return SumKeysBySixteen<Isa, kType, 0, kPlanes>(a, base, plane_bytes, q);
+  }
+}
+
+// The planes SumKeys sums together. On the machine of docs/performance.md,
+// 4 stepped the sketched 8B shape at 32k live 1.3 times as fast as 1 (2 was
+// between them, 8 slower than 4), and the default shape 1.15-1.2 times.
+inline constexpr int kSumPlanes = 4;
+
 // One query per kv head (a group's summed query), accumulating only the sum:
 // the kernel of the mean logit. Sixteen keys at a time where the ISA reduces
-// 16 at once, then two keys per iteration for two FMA chains.
+// 16 at once, kSumPlanes planes together while that many are left, then two
+// keys per iteration for two FMA chains. For every position the planes add
+// to its sum in plane order.
 // REQUIRES: head_dim % Isa::kWidth == 0, group == 1, sum != nullptr,
 // z == nullptr.
 template <class Isa, ElementType kType>
@@ -257,32 +307,27 @@ void SumKeys(const ScoreArgs& a) {
   constexpr int64_t esize = kType == ElementType::kF32 ? 4 : 2;
   const int32_t d = a.head_dim;
   const int64_t row = int64_t{d} * esize;
-  for (int32_t l = 0; l < a.layers; ++l) {
-    for (int32_t kv = 0; kv < a.kv_heads; ++kv) {
-      const int64_t plane = int64_t{l} * a.kv_heads + kv;
-      const std::byte* base = a.keys + plane * a.capacity * row;
-      const float* q = a.queries + plane * d;
-      int64_t p = 0;
-      if constexpr (Isa::kReduceBlock == 16) {
-        // The query in registers for the common head sizes.
-        switch (d / Isa::kWidth) {
-          case 1:
-            p = SumKeysBySixteen<Isa, kType, 1>(a, base, q);
-            break;
-          case 2:
-            p = SumKeysBySixteen<Isa, kType, 2>(a, base, q);
-            break;
-          case 4:
-            p = SumKeysBySixteen<Isa, kType, 4>(a, base, q);
-            break;
-          case 8:
-            p = SumKeysBySixteen<Isa, kType, 8>(a, base, q);
-            break;
-          default:
-            p = SumKeysBySixteen<Isa, kType, 0>(a, base, q);
-            break;
-        }
+  const int64_t planes = int64_t{a.layers} * a.kv_heads;
+  const int64_t plane_bytes = a.capacity * row;
+  for (int64_t first = 0; first < planes;) {
+    const std::byte* first_base = a.keys + first * plane_bytes;
+    const float* first_q = a.queries + first * d;
+    int64_t take = 1;
+    int64_t from = 0;  // The keys the planes' tails start at.
+    if constexpr (Isa::kReduceBlock == 16) {
+      if (planes - first >= kSumPlanes) {
+        take = kSumPlanes;
+        from = SumPlanesBySixteen<Isa, kType, kSumPlanes>(a, first_base,
+                                                          plane_bytes, first_q);
+      } else {
+        from = SumPlanesBySixteen<Isa, kType, 1>(a, first_base, plane_bytes,
+                                                 first_q);
       }
+    }
+    for (int64_t i = 0; i < take; ++i) {
+      const std::byte* base = first_base + i * plane_bytes;
+      const float* q = first_q + i * d;
+      int64_t p = from;
       for (; p + 1 < a.live; p += 2) {
         const std::byte* k0 = base + p * row;
         const std::byte* k1 = k0 + row;
@@ -305,6 +350,7 @@ void SumKeys(const ScoreArgs& a) {
         a.sum[p] += Isa::ReduceAdd(acc0);
       }
     }
+    first += take;
   }
 }
 

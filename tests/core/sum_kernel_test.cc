@@ -185,7 +185,11 @@ std::vector<Case> Cases() {
     // and 3 and 16 (read from memory).
     for (int32_t d : {16, 32, 48, 64, 128, 256}) {
       for (int64_t live : {1, 2, 15, 16, 17, 32, 33, 47, 100}) {
+        // 6 planes: four summed together, then two alone; 3: alone only;
+        // 8: two groups of four.
         cases.push_back({type, 2, 3, d, live});
+        cases.push_back({type, 1, 3, d, live});
+        cases.push_back({type, 4, 2, d, live});
       }
     }
   }
