@@ -101,6 +101,8 @@ class CpuSession final : public SessionState {
   // decoded and scaled by 1/sqrt(head_dim) in the same pass that sums them
   // per GQA group.
   void Score(const std::byte* raw, bool need_mean, bool need_attention);
+  // protect_ of every held entry (section 7).
+  void Protections();
   // keep_ and protect_ of every held entry, with the step's ranking known at
   // compile time: rule::KeepScore's switch and the reads of the scores other
   // rankings use fold away, per entry. The same values as with the ranking
@@ -211,6 +213,7 @@ void CpuSession::KeepScores(rule::StepView view, bool need_attention) {
   view.ranking = kRanking;
   const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
   const int64_t n = held();
+  Protections();
   for (int64_t p = 0; p < n; ++p) {
     const int64_t index = table_.indices()[p];
     keep_[p] = rule::KeepScore(
@@ -226,9 +229,15 @@ void CpuSession::KeepScores(rule::StepView view, bool need_attention) {
          .expected = kRanking == Ranking::kExpected ? expected_[p] : 0.0,
          .birth_entropy = kRanking == Ranking::kBirth ? affinity_[p] : 0.0,
          .redundancy = kRanking == Ranking::kRkv ? redundancy_[p] : 0.0});
-    protect_[p] =
-        rule::IsProtected(config_.protection.sinks, config_.protection.recent,
-                          index, table_.next_index(), table_.pinned()[p] != 0);
+  }
+}
+
+void CpuSession::Protections() {
+  const int64_t n = held();
+  for (int64_t p = 0; p < n; ++p) {
+    protect_[p] = rule::IsProtected(
+        config_.protection.sinks, config_.protection.recent,
+        table_.indices()[p], table_.next_index(), table_.pinned()[p] != 0);
   }
 }
 
@@ -462,7 +471,31 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   if (rank_now && ranking == Ranking::kExpected && n > 0) ScoreExpected();
   keep_.resize(static_cast<size_t>(n));
   protect_.resize(static_cast<size_t>(n));
-  if (rank_now) {
+  evict_.clear();
+  // With logit_ema, Ω = σ(a) increases with a: a small selection can rank by
+  // a and compute σ only near its boundary, not for every entry. When it
+  // cannot show its answer is section 8's, every keep score is computed.
+  auto selection = [&](absl::Span<const double> keep) {
+    return SelectionInput{.keep = keep,
+                          .index = table_.indices(),
+                          .protect = protect_,
+                          .next_index = table_.next_index(),
+                          .need = need,
+                          .threshold = threshold,
+                          .block_size = config_.block_size,
+                          .block_reduce = config_.block_reduce};
+  };
+  bool selected = false;
+  if (rank_now && ranking == Ranking::kAffinity &&
+      config_.affinity.update == AffinityUpdate::kLogitEma &&
+      trace == nullptr && config_.tier.capacity == 0) {
+    Protections();
+    selected = SelectEvictionsOfIncreasing(
+        selection(affinity_),
+        [](double a) { return rule::Omega(/*seed_rule=*/false, a); },
+        &selection_, &evict_);
+  }
+  if (rank_now && !selected) {
     KeepScoresFor(view, need_attention,
                   std::make_index_sequence<std::size(kAllRankings)>());
   }
@@ -496,16 +529,7 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
     result->deferred = false;
     return absl::OkStatus();
   }
-  evict_.clear();
-  SelectEvictions({.keep = keep_,
-                   .index = table_.indices(),
-                   .protect = protect_,
-                   .next_index = table_.next_index(),
-                   .need = need,
-                   .threshold = threshold,
-                   .block_size = config_.block_size,
-                   .block_reduce = config_.block_reduce},
-                  &selection_, &evict_);
+  if (!selected) SelectEvictions(selection(keep_), &selection_, &evict_);
   // Answer in append order.
   table_.SortByAppendOrder(&evict_);
   result->evicted.clear();

@@ -313,16 +313,44 @@ int64_t H2oRecentFrom(double recent_fraction, int64_t budget,
 // selection fell from 16% of the step's time to 3%.
 constexpr int64_t kSmallNeed = 64;
 
+namespace {
+
+// Section 8's order of token candidates: by keep score, then append index.
+// A strict total order on non-NaN scores (append indices are distinct).
+bool Weaker(const SelectionScratch::Candidate& a,
+            const SelectionScratch::Candidate& b) {
+  return a.score < b.score || (a.score == b.score && a.order < b.order);
+}
+
+// The `in.need` weakest unprotected tokens (all of them when fewer), in one
+// pass, as a max-heap under Weaker (its front the strongest of them): the
+// same set as a partition of every candidate, without a candidate per token.
+void WeakestTokens(const SelectionInput& in,
+                   std::vector<SelectionScratch::Candidate>* heap) {
+  heap->clear();
+  const int32_t n = static_cast<int32_t>(in.keep.size());
+  for (int32_t p = 0; p < n; ++p) {
+    if (in.protect[p]) continue;
+    const SelectionScratch::Candidate c{in.keep[p], in.index[p], p};
+    if (static_cast<int64_t>(heap->size()) < in.need) {
+      heap->push_back(c);
+      std::push_heap(heap->begin(), heap->end(), Weaker);
+    } else if (Weaker(c, heap->front())) {
+      std::pop_heap(heap->begin(), heap->end(), Weaker);
+      heap->back() = c;
+      std::push_heap(heap->begin(), heap->end(), Weaker);
+    }
+  }
+}
+
+}  // namespace
+
 void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
                      std::vector<int32_t>* evict) {
   if (in.need <= 0 && !in.threshold) return;
   auto& cands = scratch->candidates;
   cands.clear();
   const int32_t n = static_cast<int32_t>(in.keep.size());
-  auto less = [](const SelectionScratch::Candidate& a,
-                 const SelectionScratch::Candidate& b) {
-    return a.score < b.score || (a.score == b.score && a.order < b.order);
-  };
   // How many candidates go: `want`, or under a threshold at least those
   // scoring below tau, which are the smallest in the order.
   auto count = [&](int64_t want) {
@@ -336,21 +364,7 @@ void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
     return std::min<int64_t>(std::max<int64_t>(want, 0), cands.size());
   };
   if (in.block_size == 1 && !in.threshold && in.need <= kSmallNeed) {
-    // The `need` weakest in one pass, in a max-heap of `need` (its top the
-    // strongest of them): the same set as below, as `less` is a strict total
-    // order (append indices are distinct), without a candidate per token.
-    for (int32_t p = 0; p < n; ++p) {
-      if (in.protect[p]) continue;
-      const SelectionScratch::Candidate c{in.keep[p], in.index[p], p};
-      if (static_cast<int64_t>(cands.size()) < in.need) {
-        cands.push_back(c);
-        std::push_heap(cands.begin(), cands.end(), less);
-      } else if (less(c, cands.front())) {
-        std::pop_heap(cands.begin(), cands.end(), less);
-        cands.back() = c;
-        std::push_heap(cands.begin(), cands.end(), less);
-      }
-    }
+    WeakestTokens(in, &cands);
     for (const SelectionScratch::Candidate& c : cands) evict->push_back(c.pos);
     return;
   }
@@ -360,7 +374,7 @@ void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
     }
     const int64_t k = count(in.need);
     if (k < static_cast<int64_t>(cands.size())) {
-      std::nth_element(cands.begin(), cands.begin() + k, cands.end(), less);
+      std::nth_element(cands.begin(), cands.begin() + k, cands.end(), Weaker);
     }
     for (int64_t i = 0; i < k; ++i) evict->push_back(cands[i].pos);
     return;
@@ -395,7 +409,7 @@ void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
   }
   const int64_t k = count(in.need > 0 ? (in.need + bs - 1) / bs : 0);
   if (k < static_cast<int64_t>(cands.size())) {
-    std::nth_element(cands.begin(), cands.begin() + k, cands.end(), less);
+    std::nth_element(cands.begin(), cands.begin() + k, cands.end(), Weaker);
   }
   // Mark chosen blocks, then collect their tokens' positions.
   for (int64_t i = 0; i < k; ++i) blocks[cands[i].pos].tokens = -1;
@@ -404,6 +418,65 @@ void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
     if (b >= full_blocks) continue;
     if (blocks[block_of.find(b)->second].tokens == -1) evict->push_back(p);
   }
+}
+
+bool SelectEvictionsOfIncreasing(const SelectionInput& in,
+                                 double (*keep_of)(double),
+                                 SelectionScratch* scratch,
+                                 std::vector<int32_t>* evict) {
+  using Candidate = SelectionScratch::Candidate;
+  if (in.block_size != 1 || in.threshold || in.need <= 0 ||
+      in.need > kSmallNeed) {
+    return false;
+  }
+  // S: the `need` weakest by (x, index).
+  std::vector<Candidate>& heap = scratch->candidates;
+  WeakestTokens(in, &heap);
+  for (const Candidate& c : heap) {
+    if (std::isnan(c.score)) return false;
+  }
+  if (static_cast<int64_t>(heap.size()) == in.need) {
+    // M: the greatest (keep_of(x), index) in S.
+    double m_keep = -std::numeric_limits<double>::infinity();
+    int64_t m_order = std::numeric_limits<int64_t>::min();
+    for (const Candidate& c : heap) {
+      const double k = keep_of(c.score);
+      if (k > m_keep || (k == m_keep && c.order > m_order)) {
+        m_keep = k;
+        m_order = c.order;
+      }
+    }
+    // Every other candidate must follow M in section 8's order. One whose x
+    // is at least b does. keep_of is within a relative e = 2^-46 of an
+    // increasing F where F is at least 2^-900 (glibc's exp, the worst part of
+    // σ, is within a few units of 2^-52); so for y >= b,
+    //   keep_of(y) >= F(y)(1 - e) >= F(b)(1 - e) >= keep_of(b)(1 - e)/(1 + e)
+    //              >= m_keep (1 + 2^-43)(1 - 2e) > m_keep.
+    if (!(m_keep >= 0x1p-899)) return false;  // So that F(b) >= 2^-900.
+    const double target = m_keep + m_keep * 0x1p-43;
+    const Candidate& strongest = heap.front();
+    double step = std::max(std::abs(strongest.score), 1.0) * 0x1p-44;
+    double b = strongest.score + step;
+    for (int i = 0; !(keep_of(b) >= target); ++i) {
+      step *= 2;
+      b = strongest.score + step;
+      if (i == 64 || !std::isfinite(b)) return false;
+    }
+    // The others below b: compared directly, while they are few.
+    int64_t near = 0;
+    const int32_t n = static_cast<int32_t>(in.keep.size());
+    for (int32_t p = 0; p < n; ++p) {
+      if (in.protect[p] || in.keep[p] >= b) continue;
+      if (std::isnan(in.keep[p])) return false;
+      const Candidate c{in.keep[p], in.index[p], p};
+      if (!Weaker(strongest, c)) continue;  // In S.
+      if (++near > 4 * kSmallNeed) return false;
+      const double k = keep_of(c.score);
+      if (!(k > m_keep || (k == m_keep && c.order > m_order))) return false;
+    }
+  }
+  for (const Candidate& c : heap) evict->push_back(c.pos);
+  return true;
 }
 
 void SelectTierMoves(const TierSelectionInput& in, TierScratch* scratch,

@@ -216,6 +216,23 @@ struct SelectionScratch {
 void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
                      std::vector<int32_t>* evict);
 
+// SelectEvictions' answer when each keep score is keep_of(x) with `in.keep`
+// holding x: for a token selection (block_size 1, no threshold) of at most
+// 64 entries, keep_of increasing up to its rounding (within a relative 2^-46
+// of an increasing function where its value is at least 2^-900; Ω = σ(a) as
+// rule::Omega computes it, for one), and no x NaN. It ranks by x and calls
+// keep_of only for the selected entries, a few to bracket them, and those
+// whose x is too close to the selection's to be ordered by x alone: the
+// logit_ema ranking without an exp per live entry. Returns false, having
+// appended nothing, when it cannot show the set is SelectEvictions' (another
+// kind of selection, many near the boundary, keep_of flat there as σ is
+// near 1); the caller then computes every keep score and calls
+// SelectEvictions.
+bool SelectEvictionsOfIncreasing(const SelectionInput& in,
+                                 double (*keep_of)(double),
+                                 SelectionScratch* scratch,
+                                 std::vector<int32_t>* evict);
+
 // The held entries as a tier's selection sees them (section 12): per
 // position, the keep score, append index, protection and tier flag, at
 // token granularity.

@@ -152,6 +152,42 @@ std::string ContractName(const ::testing::TestParamInfo<ContractParam>& info) {
          (block > 1 ? "_block" + std::to_string(block) : "_token");
 }
 
+// A step with a trace ranks every entry; one without may take a shorter
+// path (the CPU backend's logit_ema affinity ranks by state and computes σ
+// near the selection's boundary only). Both must evict the same entries.
+TEST_P(BackendContractTest, ATraceNeverChangesADecision) {
+  const BackendKind kind = std::get<0>(GetParam());
+  ENTROKV_CREATE_OR_SKIP(backend, kind, BackendOptions{});
+  const SessionConfig config = Config(GetParam());
+  ASSERT_OK_AND_ASSIGN(auto traced, backend->CreateSession(config, {}));
+  ASSERT_OK_AND_ASSIGN(auto plain, backend->CreateSession(config, {}));
+  SyntheticParams params;
+  params.shape = config.shape;
+  params.seed = 99;
+  SyntheticStream stream(params);
+  SyntheticStep step;
+  uint64_t slot = 1;
+  int64_t evictions = 0;
+  for (int t = 0; t < 200; ++t) {
+    const int appends = t == 0 ? 64 : (t % 13 == 0 ? 5 : 1);
+    StepBuilder builder(config.shape);
+    for (int i = 0; i < appends; ++i, ++slot) {
+      stream.Next(&step);
+      builder.Append(slot, step.key, /*pinned=*/slot % 31 == 0);
+    }
+    builder.Query(step.query).Entropy(step.entropy);
+    const StepInput input = builder.Build(uint64_t(t) + 7);
+    StepResult with_trace, without;
+    StepTrace trace;
+    ASSERT_OK(traced->Step(input, &with_trace, &trace));
+    ASSERT_OK(plain->Step(input, &without, nullptr));
+    ASSERT_EQ(without.evicted, with_trace.evicted) << "step " << t;
+    ASSERT_EQ(without.budget, with_trace.budget) << "step " << t;
+    evictions += int64_t(without.evicted.size());
+  }
+  EXPECT_GT(evictions, 0) << "the run must exercise eviction";
+}
+
 INSTANTIATE_TEST_SUITE_P(
     EveryPolicy, BackendContractTest,
     ::testing::Combine(::testing::ValuesIn(CompiledBackends()),
