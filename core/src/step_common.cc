@@ -322,6 +322,23 @@ bool Weaker(const SelectionScratch::Candidate& a,
   return a.score < b.score || (a.score == b.score && a.order < b.order);
 }
 
+// Whether any of the kSkipBlock tokens from position p is unprotected with
+// a keep score that passes `may_enter`: a test GCC vectorises (its trip
+// count is a constant), so that a pass over the tokens can skip a block at
+// once.
+constexpr int32_t kSkipBlock = 8;
+template <class Pred>
+bool AnyUnprotected(const SelectionInput& in, int32_t p, Pred may_enter) {
+  // Raw pointers: Span's checked operator[] keeps the loop scalar.
+  const double* keep = in.keep.data() + p;
+  const uint8_t* protect = in.protect.data() + p;
+  bool any = false;
+  for (int32_t i = 0; i < kSkipBlock; ++i) {
+    any |= may_enter(keep[i]) & (protect[i] == 0);
+  }
+  return any;
+}
+
 // The `in.need` weakest unprotected tokens (all of them when fewer), in one
 // pass, as a max-heap under Weaker (its front the strongest of them): the
 // same set as a partition of every candidate, without a candidate per token.
@@ -329,8 +346,8 @@ void WeakestTokens(const SelectionInput& in,
                    std::vector<SelectionScratch::Candidate>* heap) {
   heap->clear();
   const int32_t n = static_cast<int32_t>(in.keep.size());
-  for (int32_t p = 0; p < n; ++p) {
-    if (in.protect[p]) continue;
+  auto consider = [&](int32_t p) {
+    if (in.protect[p]) return;
     const SelectionScratch::Candidate c{in.keep[p], in.index[p], p};
     if (static_cast<int64_t>(heap->size()) < in.need) {
       heap->push_back(c);
@@ -340,7 +357,21 @@ void WeakestTokens(const SelectionInput& in,
       heap->back() = c;
       std::push_heap(heap->begin(), heap->end(), Weaker);
     }
+  };
+  int32_t p = 0;
+  for (; p < n && static_cast<int64_t>(heap->size()) < in.need; ++p) {
+    consider(p);
   }
+  // Once the heap is full, a token can enter only if its score is at most
+  // the strongest's (NaN never does): blocks with none such are skipped.
+  for (; p + kSkipBlock <= n; p += kSkipBlock) {
+    const double bound = heap->front().score;
+    if (!AnyUnprotected(in, p, [bound](double x) { return x <= bound; })) {
+      continue;
+    }
+    for (int32_t i = 0; i < kSkipBlock; ++i) consider(p + i);
+  }
+  for (; p < n; ++p) consider(p);
 }
 
 }  // namespace
@@ -464,15 +495,28 @@ bool SelectEvictionsOfIncreasing(const SelectionInput& in,
     }
     // The others below b: compared directly, while they are few.
     int64_t near = 0;
-    const int32_t n = static_cast<int32_t>(in.keep.size());
-    for (int32_t p = 0; p < n; ++p) {
-      if (in.protect[p] || in.keep[p] >= b) continue;
+    // Whether position p is in S, protected, at least b, or follows M.
+    auto follows = [&](int32_t p) {
+      if (in.protect[p] || in.keep[p] >= b) return true;
       if (std::isnan(in.keep[p])) return false;
       const Candidate c{in.keep[p], in.index[p], p};
-      if (!Weaker(strongest, c)) continue;  // In S.
+      if (!Weaker(strongest, c)) return true;  // In S.
       if (++near > 4 * kSmallNeed) return false;
       const double k = keep_of(c.score);
-      if (!(k > m_keep || (k == m_keep && c.order > m_order))) return false;
+      return k > m_keep || (k == m_keep && c.order > m_order);
+    };
+    const int32_t n = static_cast<int32_t>(in.keep.size());
+    int32_t p = 0;
+    for (; p + kSkipBlock <= n; p += kSkipBlock) {
+      if (!AnyUnprotected(in, p, [b](double x) { return !(x >= b); })) {
+        continue;  // All protected or at least b.
+      }
+      for (int32_t i = 0; i < kSkipBlock; ++i) {
+        if (!follows(p + i)) return false;
+      }
+    }
+    for (; p < n; ++p) {
+      if (!follows(p)) return false;
     }
   }
   for (const Candidate& c : heap) evict->push_back(c.pos);
