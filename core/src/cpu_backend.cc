@@ -19,6 +19,7 @@
 #include <memory>
 #include <numeric>
 #include <optional>
+#include <type_traits>
 #include <utility>
 
 #include "absl/container/flat_hash_set.h"
@@ -234,10 +235,17 @@ void CpuSession::KeepScores(rule::StepView view, bool need_attention) {
 
 void CpuSession::Protections() {
   const int64_t n = held();
+  // Locals: a store through uint8_t* may alias any member, which would be
+  // read again for every entry.
+  const int64_t sinks = config_.protection.sinks;
+  const int64_t recent = config_.protection.recent;
+  const int64_t next_index = table_.next_index();
+  const int64_t* index = table_.indices().data();
+  const uint8_t* pinned = table_.pinned().data();
+  uint8_t* protect = protect_.data();
   for (int64_t p = 0; p < n; ++p) {
-    protect_[p] = rule::IsProtected(
-        config_.protection.sinks, config_.protection.recent,
-        table_.indices()[p], table_.next_index(), table_.pinned()[p] != 0);
+    protect[p] =
+        rule::IsProtected(sinks, recent, index[p], next_index, pinned[p] != 0);
   }
 }
 
@@ -429,11 +437,20 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
   const double h = decoded_.entropy;
   if (ranking == Ranking::kAffinity) {
     const double beta_h = config_.affinity.beta * h;
-    const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
     const double lambda = config_.affinity.lambda;
-    for (int64_t p = 0; p < n; ++p) {
-      affinity_[p] = rule::UpdateAffinity(seed_rule, lambda, beta_h,
-                                          mean_logit_[p], affinity_[p]);
+    double* state = affinity_.data();
+    const double* mean_logit = mean_logit_.data();
+    // One loop per rule, so that the rule is not tested for every entry.
+    auto update = [&](auto seed_rule) {
+      for (int64_t p = 0; p < n; ++p) {
+        state[p] = rule::UpdateAffinity(seed_rule, lambda, beta_h,
+                                        mean_logit[p], state[p]);
+      }
+    };
+    if (config_.affinity.update == AffinityUpdate::kSeed) {
+      update(std::true_type{});
+    } else {
+      update(std::false_type{});
     }
   } else if (ranking == Ranking::kH2o) {
     for (int64_t p = 0; p < n; ++p) h2o_acc_[p] += attention_[p];
