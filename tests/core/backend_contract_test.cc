@@ -29,6 +29,7 @@ namespace {
 
 using ::entrokv::testing::Near;
 using ::entrokv::testing::StepBuilder;
+using ::entrokv::testing::SyntheticStory;
 using ::testing::HasSubstr;
 
 constexpr double kRelTolerance = 1e-3;
@@ -82,24 +83,15 @@ TEST_P(BackendContractTest, SameEvictionsAndScoresAsTheCpuBackend) {
   ASSERT_OK_AND_ASSIGN(auto subject, subject_backend->CreateSession(config, {}));
   ASSERT_OK_AND_ASSIGN(auto cpu, cpu_backend->CreateSession(config, {}));
 
-  SyntheticParams params;
-  params.shape = config.shape;
-  params.seed = 1234;
-  SyntheticStream stream(params);
-  SyntheticStep step;
-  uint64_t slot = 1;
+  // A prefill of 64, then one entry a step and a burst of 3 now and then;
+  // every 29th entry is pinned.
+  SyntheticStory story(
+      config.shape, /*seed=*/1234,
+      [](int t) { return t == 0 ? 64 : (t % 17 == 0 ? 3 : 1); },
+      /*pin_every=*/29, /*first_step=*/100);
   int64_t evictions = 0;
   for (int t = 0; t < 240; ++t) {
-    // A prefill of 64, then one entry a step and a burst of 3 now and then;
-    // every 29th entry is pinned.
-    const int appends = t == 0 ? 64 : (t % 17 == 0 ? 3 : 1);
-    StepBuilder builder(config.shape);
-    for (int i = 0; i < appends; ++i, ++slot) {
-      stream.Next(&step);
-      builder.Append(slot, step.key, /*pinned=*/slot % 29 == 0);
-    }
-    builder.Query(step.query).Entropy(step.entropy);
-    const StepInput input = builder.Build(uint64_t(t) + 100);
+    const StepInput input = story.Next();
 
     StepResult want, got;
     StepTrace want_trace, got_trace;
@@ -161,22 +153,13 @@ TEST_P(BackendContractTest, ATraceNeverChangesADecision) {
   const SessionConfig config = Config(GetParam());
   ASSERT_OK_AND_ASSIGN(auto traced, backend->CreateSession(config, {}));
   ASSERT_OK_AND_ASSIGN(auto plain, backend->CreateSession(config, {}));
-  SyntheticParams params;
-  params.shape = config.shape;
-  params.seed = 99;
-  SyntheticStream stream(params);
-  SyntheticStep step;
-  uint64_t slot = 1;
+  SyntheticStory story(
+      config.shape, /*seed=*/99,
+      [](int t) { return t == 0 ? 64 : (t % 13 == 0 ? 5 : 1); },
+      /*pin_every=*/31, /*first_step=*/7);
   int64_t evictions = 0;
   for (int t = 0; t < 200; ++t) {
-    const int appends = t == 0 ? 64 : (t % 13 == 0 ? 5 : 1);
-    StepBuilder builder(config.shape);
-    for (int i = 0; i < appends; ++i, ++slot) {
-      stream.Next(&step);
-      builder.Append(slot, step.key, /*pinned=*/slot % 31 == 0);
-    }
-    builder.Query(step.query).Entropy(step.entropy);
-    const StepInput input = builder.Build(uint64_t(t) + 7);
+    const StepInput input = story.Next();
     StepResult with_trace, without;
     StepTrace trace;
     ASSERT_OK(traced->Step(input, &with_trace, &trace));

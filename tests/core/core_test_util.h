@@ -24,6 +24,7 @@
 #include "entrokv/core/config.h"
 #include "entrokv/core/element_type.h"
 #include "entrokv/core/session.h"
+#include "entrokv/core/synthetic.h"
 #include "gtest/gtest.h"
 
 namespace entrokv::testing {
@@ -105,6 +106,53 @@ class StepBuilder {
   std::vector<std::byte> query_bytes_;
   std::optional<double> entropy_;
   std::vector<float> logits_;
+};
+
+// A synthetic story, one step at a time: at step t, `appends(t)` entries,
+// each the stream's next key (slots 1, 2, ...; every pin_every-th pinned),
+// with the query and entropy drawn last, numbered first_step + t. The input
+// Next() returns points into the story and lives until the next call.
+class SyntheticStory {
+ public:
+  SyntheticStory(const Shape& shape, uint64_t seed, int (*appends)(int t),
+                 uint64_t pin_every, uint64_t first_step)
+      : shape_(shape),
+        stream_(Params(shape, seed)),
+        appends_(appends),
+        pin_every_(pin_every),
+        first_step_(first_step) {}
+
+  // Draws a step before the first, so that a step without appends still has
+  // a query.
+  void DrawAhead() { stream_.Next(&drawn_); }
+
+  StepInput Next() {
+    builder_.emplace(shape_);
+    for (int i = 0; i < appends_(t_); ++i, ++slot_) {
+      stream_.Next(&drawn_);
+      builder_->Append(slot_, drawn_.key, /*pinned=*/slot_ % pin_every_ == 0);
+    }
+    builder_->Query(drawn_.query).Entropy(drawn_.entropy);
+    return builder_->Build(first_step_ + uint64_t(t_++));
+  }
+
+ private:
+  static SyntheticParams Params(const Shape& shape, uint64_t seed) {
+    SyntheticParams params;
+    params.shape = shape;
+    params.seed = seed;
+    return params;
+  }
+
+  Shape shape_;
+  SyntheticStream stream_;
+  int (*appends_)(int t);
+  uint64_t pin_every_;
+  uint64_t first_step_;
+  SyntheticStep drawn_;
+  std::optional<StepBuilder> builder_;
+  uint64_t slot_ = 1;
+  int t_ = 0;
 };
 
 // The shape of every hand-computed scenario: one layer, one kv head, one q

@@ -40,6 +40,7 @@ namespace {
 
 using ::entrokv::testing::Near;
 using ::entrokv::testing::StepBuilder;
+using ::entrokv::testing::SyntheticStory;
 using ::testing::HasSubstr;
 using ::testing::StartsWith;
 
@@ -111,23 +112,16 @@ SessionConfig ConfigFor(const Param& p) {
 // Returns the evictions seen through `evictions`.
 void RunSideBySide(const SessionConfig& config, uint64_t seed, int steps,
                    SessionState& gpu, SessionState& cpu, int64_t* evictions) {
-  SyntheticParams params;
-  params.shape = config.shape;
-  params.seed = seed;
-  SyntheticStream stream(params);
-  SyntheticStep step;
-  stream.Next(&step);
-  uint64_t slot = 1;
+  SyntheticStory story(
+      config.shape, seed,
+      [](int t) {
+        return t == 0 ? 40 : (t % 23 == 0 ? 0 : (t % 13 == 0 ? 5 : 1));
+      },
+      /*pin_every=*/31, /*first_step=*/7);
+  story.DrawAhead();
   *evictions = 0;
   for (int t = 0; t < steps; ++t) {
-    const int appends = t == 0 ? 40 : (t % 23 == 0 ? 0 : (t % 13 == 0 ? 5 : 1));
-    StepBuilder builder(config.shape);
-    for (int i = 0; i < appends; ++i, ++slot) {
-      stream.Next(&step);
-      builder.Append(slot, step.key, /*pinned=*/slot % 31 == 0);
-    }
-    builder.Query(step.query).Entropy(step.entropy);
-    const StepInput input = builder.Build(uint64_t(t) + 7);
+    const StepInput input = story.Next();
 
     StepResult want, got;
     StepTrace want_trace, got_trace;
