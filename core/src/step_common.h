@@ -216,18 +216,17 @@ struct SelectionScratch {
 void SelectEvictions(const SelectionInput& in, SelectionScratch* scratch,
                      std::vector<int32_t>* evict);
 
-// SelectEvictions' answer when each keep score is keep_of(x) with `in.keep`
-// holding x: for a token selection (block_size 1, no threshold) of at most
-// 64 entries, keep_of increasing up to its rounding (within a relative 2^-46
-// of an increasing function where its value is at least 2^-900; Ω = σ(a) as
-// rule::Omega computes it, for one), and no x NaN. It ranks by x and calls
-// keep_of only for the selected entries, a few to bracket them, and those
-// whose x is too close to the selection's to be ordered by x alone: the
+// SelectEvictions' answer when each keep score is keep_of(x), with `in.keep`
+// holding x, for keep_of increasing up to its rounding: within a relative
+// 2^-46 of an increasing function where its value is at least 2^-900 (Ω =
+// σ(a) as rule::Omega computes it, for one). It ranks by x and calls keep_of
+// only for the selected entries, a few values to bracket them, and the
+// entries whose x is too close to theirs to be ordered by x alone: the
 // logit_ema ranking without an exp per live entry. Returns false, having
-// appended nothing, when it cannot show the set is SelectEvictions' (another
-// kind of selection, many near the boundary, keep_of flat there as σ is
-// near 1); the caller then computes every keep score and calls
-// SelectEvictions.
+// appended nothing, when it cannot show the set is SelectEvictions': a
+// selection of blocks, with a threshold or of more than 64; an x NaN; many
+// entries near the boundary; keep_of flat there (σ near 1). The caller then
+// computes every keep score and calls SelectEvictions.
 bool SelectEvictionsOfIncreasing(const SelectionInput& in,
                                  double (*keep_of)(double),
                                  SelectionScratch* scratch,
