@@ -529,12 +529,9 @@ void SelectTierMoves(const TierSelectionInput& in, TierScratch* scratch,
   moves->demote.clear();
   moves->promote.clear();
   moves->evict.clear();
-  // Section 8's order: weaker first.
-  auto weaker = [](const Candidate& a, const Candidate& b) {
-    return a.score < b.score || (a.score == b.score && a.order < b.order);
-  };
-  auto better = [&](const Candidate& a, const Candidate& b) {
-    return weaker(b, a);
+  // Section 8's order (Weaker), and its reverse.
+  auto better = [](const Candidate& a, const Candidate& b) {
+    return Weaker(b, a);
   };
   const int32_t n = static_cast<int32_t>(in.keep.size());
   std::vector<Candidate>& live = scratch->live;  // Unprotected live.
@@ -553,7 +550,7 @@ void SelectTierMoves(const TierSelectionInput& in, TierScratch* scratch,
   const int64_t down = std::clamp<int64_t>(in.live - in.budget, 0,
                                            static_cast<int64_t>(live.size()));
   if (down > 0 && down < static_cast<int64_t>(live.size())) {
-    std::nth_element(live.begin(), live.begin() + down, live.end(), weaker);
+    std::nth_element(live.begin(), live.begin() + down, live.end(), Weaker);
   }
   for (int64_t i = 0; i < down; ++i) moves->demote.push_back(live[i].pos);
   int64_t live_count = in.live - down;
@@ -566,7 +563,7 @@ void SelectTierMoves(const TierSelectionInput& in, TierScratch* scratch,
   const auto w_begin = live.begin() + down;
   const int64_t w_size = static_cast<int64_t>(live.end() - w_begin);
   const int64_t w_take = std::min(take, w_size);
-  std::partial_sort(w_begin, w_begin + w_take, live.end(), weaker);
+  std::partial_sort(w_begin, w_begin + w_take, live.end(), Weaker);
   int64_t promoted = 0;
   int64_t swapped = 0;
   while (promoted < take) {
@@ -591,7 +588,7 @@ void SelectTierMoves(const TierSelectionInput& in, TierScratch* scratch,
   const int64_t excess = static_cast<int64_t>(held.size()) - in.params.capacity;
   if (excess <= 0) return;
   if (excess < static_cast<int64_t>(held.size())) {
-    std::nth_element(held.begin(), held.begin() + excess, held.end(), weaker);
+    std::nth_element(held.begin(), held.begin() + excess, held.end(), Weaker);
   }
   std::vector<uint8_t>& dropped = scratch->dropped;
   dropped.assign(static_cast<size_t>(n), 0);
