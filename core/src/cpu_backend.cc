@@ -104,7 +104,7 @@ class CpuSession final : public SessionState {
   void Score(const std::byte* raw, bool need_mean, bool need_attention);
   // protect_ of every held entry (section 7).
   void Protections();
-  // keep_ and protect_ of every held entry, with the step's ranking known at
+  // keep_ of every held entry, with the step's ranking known at
   // compile time: rule::KeepScore's switch and the reads of the scores other
   // rankings use fold away, per entry. The same values as with the ranking
   // read at run time.
@@ -214,7 +214,6 @@ void CpuSession::KeepScores(rule::StepView view, bool need_attention) {
   view.ranking = kRanking;
   const bool seed_rule = config_.affinity.update == AffinityUpdate::kSeed;
   const int64_t n = held();
-  Protections();
   for (int64_t p = 0; p < n; ++p) {
     const int64_t index = table_.indices()[p];
     keep_[p] = rule::KeepScore(
@@ -502,11 +501,11 @@ absl::Status CpuSession::Step(const StepInput& input, StepResult* result,
                           .block_size = config_.block_size,
                           .block_reduce = config_.block_reduce};
   };
+  if (rank_now) Protections();
   bool selected = false;
   if (rank_now && ranking == Ranking::kAffinity &&
       config_.affinity.update == AffinityUpdate::kLogitEma &&
       trace == nullptr && config_.tier.capacity == 0) {
-    Protections();
     selected = SelectEvictionsOfIncreasing(
         selection(affinity_),
         [](double a) { return rule::Omega(/*seed_rule=*/false, a); },
