@@ -5,6 +5,8 @@
 
 #include <benchmark/benchmark.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
@@ -129,8 +131,17 @@ BENCHMARK(BM_RkvStep)
     ->Unit(benchmark::kMillisecond)
     ->UseRealTime();
 
-// STREAM "Copy": b[i] = a[i] over arrays far larger than the caches; counted
-// as STREAM counts it, 2 · 8 bytes an element (one read, one write).
+// STREAM "Copy" of n doubles: b[i] = a[i]. Not inlined, so that the copy
+// and the interleaved comparison (BM_AgainstCopy) time the same code.
+[[gnu::noinline]] void CopyOnce(double* __restrict dst,
+                                const double* __restrict src, size_t n) {
+  for (size_t i = 0; i < n; ++i) dst[i] = src[i];
+  benchmark::DoNotOptimize(dst);
+  benchmark::ClobberMemory();
+}
+
+// STREAM "Copy" over arrays far larger than the caches; counted as STREAM
+// counts it, 2 · 8 bytes an element (one read, one write).
 void BM_StreamCopy(benchmark::State& state) {
   const size_t bytes = size_t(state.range(0)) << 20;
   const size_t n = bytes / sizeof(double);
@@ -140,13 +151,7 @@ void BM_StreamCopy(benchmark::State& state) {
     a[i] = double(i);
     b[i] = 0.0;
   }
-  for (auto _ : state) {
-    double* __restrict dst = b.get();
-    const double* __restrict src = a.get();
-    for (size_t i = 0; i < n; ++i) dst[i] = src[i];
-    benchmark::DoNotOptimize(dst);
-    benchmark::ClobberMemory();
-  }
+  for (auto _ : state) CopyOnce(b.get(), a.get(), n);
   state.SetBytesProcessed(int64_t(2 * bytes) * state.iterations());
   state.counters["copy_bytes_per_iter"] = double(2 * bytes);
 }
@@ -270,6 +275,72 @@ void RunModelSteps(benchmark::State& state, const ModelVariant& variant,
   state.counters["wire_bytes_per_token"] = wire_bytes_per_token;
   state.counters["held_bytes_per_token"] =
       double(stats.bytes_held) / double(stats.live);
+}
+
+// ---------------------------------------------------------------------------
+// A step's key read against the copy, interleaved (BM_AgainstCopy): each
+// round times one copy pass of BM_StreamCopy's 2 x 256 MB, then whole
+// periods of steps for at least as long, and takes the ratio of the two
+// rates. On a shared machine a neighbour's load changes the copy and the
+// step alike within a round, but not between benchmarks run seconds apart,
+// so the ratio per round is steadier than the ratio of two benchmarks.
+
+constexpr int kAgainstCopyRounds = 15;
+
+double Quantile(std::vector<double> values, double q) {
+  std::sort(values.begin(), values.end());
+  const double at = q * double(values.size() - 1);
+  const size_t lo = static_cast<size_t>(at);
+  const size_t hi = std::min(lo + 1, values.size() - 1);
+  return values[lo] + (at - double(lo)) * (values[hi] - values[lo]);
+}
+
+void RunAgainstCopy(benchmark::State& state, SteadySession& session,
+                    double key_bytes_per_step) {
+  using Clock = std::chrono::steady_clock;
+  const size_t copy_bytes = size_t{256} << 20;
+  const size_t n = copy_bytes / sizeof(double);
+  std::unique_ptr<double[]> a(new double[n]);
+  std::unique_ptr<double[]> b(new double[n]);
+  for (size_t i = 0; i < n; ++i) {
+    a[i] = double(i);
+    b[i] = 0.0;
+  }
+  // Warm-up, untimed: the arrays' pages are touched, the caches settle.
+  CopyOnce(b.get(), a.get(), n);
+  if (!session.RunPeriod()) {
+    state.SkipWithError("live count drifted");
+    return;
+  }
+  std::vector<double> ratios, copy_rates, key_rates;
+  for (auto _ : state) {
+    const Clock::time_point t0 = Clock::now();
+    CopyOnce(b.get(), a.get(), n);
+    const Clock::time_point t1 = Clock::now();
+    int64_t periods = 0;
+    Clock::time_point t2;
+    do {
+      if (!session.RunPeriod()) {
+        state.SkipWithError("live count drifted");
+        return;
+      }
+      ++periods;
+      t2 = Clock::now();
+    } while (t2 - t1 < t1 - t0);
+    const double copy_rate =
+        double(2 * copy_bytes) / std::chrono::duration<double>(t1 - t0).count();
+    const double key_rate = key_bytes_per_step * double(periods) *
+                            session.period() /
+                            std::chrono::duration<double>(t2 - t1).count();
+    copy_rates.push_back(copy_rate);
+    key_rates.push_back(key_rate);
+    ratios.push_back(key_rate / copy_rate);
+  }
+  state.counters["against_copy_p25"] = Quantile(ratios, 0.25);
+  state.counters["against_copy_median"] = Quantile(ratios, 0.5);
+  state.counters["against_copy_p75"] = Quantile(ratios, 0.75);
+  state.counters["copy_bytes_per_second_median"] = Quantile(copy_rates, 0.5);
+  state.counters["key_bytes_per_second_median"] = Quantile(key_rates, 0.5);
 }
 
 // The engine's side of project:16 at the 8B shape: n tokens' keys of the 4
@@ -566,6 +637,41 @@ void RegisterTierBenchmarks() {
           ->Unit(benchmark::kMillisecond)
           ->UseRealTime();
     }
+  }
+}
+
+void RegisterAgainstCopyBenchmarks() {
+  struct Case {
+    const char* name;
+    SessionConfig config;
+  };
+  constexpr int64_t kLive = 32 << 10;
+  SessionConfig entropy;
+  entropy.shape = BenchShape();
+  entropy.budget = kLive;
+  if (absl::Status st = ApplyPolicyName("entropy", &entropy); !st.ok()) {
+    Die("ApplyPolicyName", st);
+  }
+  static const auto* cases = new std::vector<Case>{
+      {"entropy", entropy},
+      {"8B-exact", ModelConfig(kModelVariants[0], kLive, 1)},
+      {"8B-project:16+gsum", ModelConfig(kModelVariants[1], kLive, 1)},
+  };
+  for (const Case& c : *cases) {
+    const std::string name =
+        std::string("BM_AgainstCopy/") + c.name + "/" + std::to_string(kLive);
+    benchmark::RegisterBenchmark(
+        name.c_str(),
+        [name, &c](benchmark::State& state) {
+          const Shape& shape = c.config.shape;
+          RunAgainstCopy(state, CachedSession(name, c.config),
+                         double(c.config.budget) *
+                             double(shape.key_elements()) *
+                             double(ElementSize(shape.element_type)));
+        })
+        ->Iterations(kAgainstCopyRounds)
+        ->Unit(benchmark::kMillisecond)
+        ->UseRealTime();
   }
 }
 

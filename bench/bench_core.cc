@@ -29,6 +29,11 @@
 //    entropy). Times are per step, amortized over the period.
 // 3. BM_Sketch*: the engine's side of project:16 (Sketcher), which the
 //    engine pays, not the server.
+// 3a. BM_AgainstCopy/<case>/32768: the entropy step at the default shape
+//    and the 8B exact and project:16+gsum steps (K = 1), each interleaved
+//    with the copy: every round times one copy pass, then steps for as
+//    long, and the summary gives the median and quartiles of the per-round
+//    ratio of the two rates.
 // 4. BM_Shadows/<shape>/<case>: what shadow policies add to a step
 //    (core/shadow.h; the server runs the same after each reply): the
 //    default shape and the 8B shape with project:16+gsum, 4k live, K = 1,
@@ -56,6 +61,7 @@
 
 int main(int argc, char** argv) {
   entrokv::bench::RegisterModelBenchmarks();
+  entrokv::bench::RegisterAgainstCopyBenchmarks();
   entrokv::bench::RegisterShadowBenchmarks();
   entrokv::bench::RegisterTierBenchmarks();
   benchmark::Initialize(&argc, argv);

@@ -113,11 +113,17 @@ std::vector<ModelRow>& ModelRows();
 // once, before benchmark::Initialize.
 void RegisterModelBenchmarks();
 
+// Registers the BM_AgainstCopy benchmarks: the default shape's entropy step
+// and the 8B exact and project:16+gsum steps (K = 1) at 32k live, each
+// interleaved round by round with a STREAM copy (bench_cases.cc). Called
+// once, after RegisterModelBenchmarks.
+void RegisterAgainstCopyBenchmarks();
+
 // Registers the BM_Shadows benchmarks: a session at the default shape and at
 // the 8B shape with project:16 and group-sum queries, 4k live, watched by no
 // ShadowSet, by one without shadows (recall only), with 1, 2 and 4 shadows,
-// and with 4 scoring one step in 16 (bench_cases.cc names the policies). Called once, after
-// RegisterModelBenchmarks.
+// and with 4 scoring one step in 16 (bench_cases.cc names the policies). Called
+// once, after RegisterAgainstCopyBenchmarks.
 void RegisterShadowBenchmarks();
 
 // Registers the BM_Tier benchmarks: a decision with a demote tier of D = B

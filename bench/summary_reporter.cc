@@ -31,7 +31,14 @@ void SummaryReporter::ReportRuns(const std::vector<Run>& reports) {
     entry.s_per_step = seconds_per_iter / entry.steps_per_iter;
     entry.cpu_s_per_step = cpu_seconds_per_iter / entry.steps_per_iter;
     entry.copied_bytes_per_step = Counter(run, "copied_bytes_per_step", 0);
-    if (Counter(run, "tier_capacity", -1) >= 0) {
+    if (Counter(run, "against_copy_median", -1) >= 0) {
+      entry.kind = Kind::kAgainstCopy;
+      entry.against_copy[0] = Counter(run, "against_copy_p25", 0);
+      entry.against_copy[1] = Counter(run, "against_copy_median", 0);
+      entry.against_copy[2] = Counter(run, "against_copy_p75", 0);
+      entry.copy_rate = Counter(run, "copy_bytes_per_second_median", 0);
+      entry.key_rate = Counter(run, "key_bytes_per_second_median", 0);
+    } else if (Counter(run, "tier_capacity", -1) >= 0) {
       entry.kind = Kind::kTier;
       entry.tier_capacity = Counter(run, "tier_capacity", 0);
       entry.tier_held = Counter(run, "tier_held", 0);
@@ -123,6 +130,7 @@ void SummaryReporter::PrintSummary() const {
     std::printf(" %14.0f\n", entry.copied_bytes_per_step);
   }
   PrintModelTable(copy, copy_cpu);
+  PrintAgainstCopyTable();
   PrintShadowTable();
   PrintTierTable();
 }
@@ -159,6 +167,26 @@ void SummaryReporter::PrintTierTable() const {
     std::printf(" %10.3f %10.3f %10.3f %9.0f\n", entry.demoted_per_step,
                 entry.promoted_per_step, entry.evicted_per_step,
                 entry.tier_held);
+  }
+}
+
+void SummaryReporter::PrintAgainstCopyTable() const {
+  bool any = false;
+  for (const Entry& entry : entries_) any |= entry.kind == Kind::kAgainstCopy;
+  if (!any) return;
+  std::printf(
+      "\nInterleaved with the copy (K = 1, budget = live): each round times "
+      "one copy pass, then steps for as long; of copy: the per-round ratio "
+      "of the key read's rate to the copy's, median [quartiles]; GB/s: the "
+      "median rates.\n");
+  std::printf("%-42s %8s %17s %10s %10s\n", "benchmark", "of copy",
+              "[p25, p75]", "key GB/s", "copy GB/s");
+  for (const Entry& entry : entries_) {
+    if (entry.kind != Kind::kAgainstCopy) continue;
+    std::printf("%-42s %8.2f     [%4.2f, %4.2f] %10.2f %10.2f\n",
+                entry.function.c_str(), entry.against_copy[1],
+                entry.against_copy[0], entry.against_copy[2],
+                entry.key_rate / 1e9, entry.copy_rate / 1e9);
   }
 }
 

@@ -20,8 +20,9 @@ class SummaryReporter : public benchmark::ConsoleReporter {
  public:
   void ReportRuns(const std::vector<Run>& reports) override;
 
-  // Prints the step table, the Llama-3-8B table, the shadow table and the
-  // demote-tier table from the runs reported.
+  // Prints the step table, the Llama-3-8B table, the interleaved
+  // against-copy table, the shadow table and the demote-tier table from the
+  // runs reported.
   void PrintSummary() const;
 
  private:
@@ -33,7 +34,8 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     kSketchKeys,
     kSketchQueries,
     kShadow,
-    kTier
+    kTier,
+    kAgainstCopy
   };
   struct Entry {
     std::string name;      // Full benchmark name.
@@ -59,6 +61,10 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     double demoted_per_step = 0;
     double promoted_per_step = 0;
     double evicted_per_step = 0;
+    // kAgainstCopy: the per-round ratio's quartiles, and the median rates.
+    double against_copy[3] = {0, 0, 0};
+    double copy_rate = 0;
+    double key_rate = 0;
   };
 
   static double Counter(const Run& run, const char* key, double otherwise);
@@ -70,6 +76,7 @@ class SummaryReporter : public benchmark::ConsoleReporter {
   void PrintModelTable(double copy, double copy_cpu) const;
   void PrintShadowTable() const;
   void PrintTierTable() const;
+  void PrintAgainstCopyTable() const;
 
   // Issue #8 item 6, at 32k live.
   void PrintGoals(double copy) const;
