@@ -11,7 +11,9 @@ them. Prints one JSON line per run, then per case and server the medians:
   server compute p50, service overhead ((p50 - compute) / echo p50), server
   CPU per step and outside compute (CPU less mean compute), context
   switches per step, echo's CPU and switches per message, and cores busy
-  with compute (steps/s x compute p50).
+  with compute (steps/s x compute p50). The derived figures (overhead,
+  outside compute, cores busy) are computed in each run and their medians
+  printed, not computed from the other columns' medians.
 
 Usage (docs/performance.md):
   bench/compare_servers.py --loadgen build/tools/loadgen/entrokv-loadgen \\
@@ -56,16 +58,28 @@ def run_once(loadgen, command, case_flags, extra, directory):
         server.wait()
     if out.returncode != 0:
         raise RuntimeError(f"loadgen exit {out.returncode}: {out.stderr[-400:]}")
-    report = json.loads(out.stdout)
+    return row_of(json.loads(out.stdout))
+
+
+def row_of(report):
+    """One run's figures from entrokv-loadgen's --json report."""
     e, h = report["modes"]["entrokv"], report["modes"]["echo"]
-    return dict(steps_per_s=e["steps_per_s"], p50=e["latency_us"]["p50"],
-                echo_p50=h["latency_us"]["p50"],
-                compute_p50=e["server_compute_us"]["p50"],
-                compute_mean=e["server_compute_us"]["mean"],
-                cpu=e.get("server_cpu_us_per_step"),
-                switches=e.get("context_switches_per_step"),
-                echo_cpu=h.get("server_cpu_us_per_step"),
-                echo_switches=h.get("context_switches_per_step"))
+    row = dict(steps_per_s=e["steps_per_s"], p50=e["latency_us"]["p50"],
+               echo_p50=h["latency_us"]["p50"],
+               compute_p50=e["server_compute_us"]["p50"],
+               compute_mean=e["server_compute_us"]["mean"],
+               cpu=e.get("server_cpu_us_per_step"),
+               switches=e.get("context_switches_per_step"),
+               echo_cpu=h.get("server_cpu_us_per_step"),
+               echo_switches=h.get("context_switches_per_step"))
+    # The derived figures of this run, from this run's own figures: their
+    # medians are what the summary prints (a product of two medians taken
+    # over different runs is no run's figure).
+    row["overhead"] = (row["p50"] - row["compute_p50"]) / row["echo_p50"]
+    row["outside"] = (None if row["cpu"] is None
+                      else row["cpu"] - row["compute_mean"])
+    row["cores_busy"] = row["steps_per_s"] * row["compute_p50"] / 1e6
+    return row
 
 
 def median(rows, key):
@@ -75,6 +89,27 @@ def median(rows, key):
 
 def fmt(value, digits=1):
     return "n/a" if value is None else f"{value:.{digits}f}"
+
+
+def summary(rows, cases, names):
+    """The header and one line per case and server: the medians of rows."""
+    lines = ["case server steps/s p50_us echo_p50_us compute_p50_us overhead "
+             "cpu_us_per_step outside_compute_us switches_per_step "
+             "echo_cpu_us echo_switches cores_busy"]
+    for case in cases:
+        for name in names:
+            rs = [r for r in rows if r["server"] == name and r["case"] == case]
+            sps, p50, echo = (median(rs, k) for k in
+                              ("steps_per_s", "p50", "echo_p50"))
+            compute, cpu = median(rs, "compute_p50"), median(rs, "cpu")
+            lines.append(f"{case} {name} {sps:.0f} {p50:.1f} {echo:.1f} "
+                         f"{compute:.1f} {median(rs, 'overhead'):.2f} "
+                         f"{fmt(cpu)} {fmt(median(rs, 'outside'))} "
+                         f"{fmt(median(rs, 'switches'), 2)} "
+                         f"{fmt(median(rs, 'echo_cpu'))} "
+                         f"{fmt(median(rs, 'echo_switches'), 2)} "
+                         f"{median(rs, 'cores_busy'):.2f}")
+    return lines
 
 
 def main():
@@ -109,22 +144,8 @@ def main():
                     rows.append(row)
                     print(json.dumps(row), flush=True)
     print(f"\nmedians of {args.reps} runs")
-    print("case server steps/s p50_us echo_p50_us compute_p50_us overhead "
-          "cpu_us_per_step outside_compute_us switches_per_step "
-          "echo_cpu_us echo_switches cores_busy")
-    for case in cases:
-        for name, _ in servers:
-            rs = [r for r in rows if r["server"] == name and r["case"] == case]
-            sps, p50, echo = (median(rs, k) for k in
-                              ("steps_per_s", "p50", "echo_p50"))
-            compute, cpu = median(rs, "compute_p50"), median(rs, "cpu")
-            outside = None if cpu is None else cpu - median(rs, "compute_mean")
-            print(f"{case} {name} {sps:.0f} {p50:.1f} {echo:.1f} "
-                  f"{compute:.1f} {(p50 - compute) / echo:.2f} {fmt(cpu)} "
-                  f"{fmt(outside)} {fmt(median(rs, 'switches'), 2)} "
-                  f"{fmt(median(rs, 'echo_cpu'))} "
-                  f"{fmt(median(rs, 'echo_switches'), 2)} "
-                  f"{sps * compute / 1e6:.2f}")
+    for line in summary(rows, cases, [name for name, _ in servers]):
+        print(line)
     return 0
 
 

@@ -1,0 +1,54 @@
+"""bench/compare_servers.py's summary: the medians of each run's own figures."""
+
+import importlib.util
+import pathlib
+
+_PATH = pathlib.Path(__file__).resolve().parents[2] / "bench" / "compare_servers.py"
+_SPEC = importlib.util.spec_from_file_location("compare_servers", _PATH)
+compare_servers = importlib.util.module_from_spec(_SPEC)
+_SPEC.loader.exec_module(compare_servers)
+
+
+def _report(steps_per_s, p50, compute_p50, echo_p50=100.0):
+    return {"modes": {
+        "entrokv": {"steps_per_s": steps_per_s,
+                    "latency_us": {"p50": p50},
+                    "server_compute_us": {"p50": compute_p50,
+                                          "mean": compute_p50 + 1.0},
+                    "server_cpu_us_per_step": compute_p50 + 5.0,
+                    "context_switches_per_step": 0.1},
+        "echo": {"latency_us": {"p50": echo_p50},
+                 "server_cpu_us_per_step": 2.0,
+                 "context_switches_per_step": 0.05}}}
+
+
+def test_cores_busy_is_the_median_of_each_runs_product():
+    # Per run, steps/s x compute p50: 10000 x 100 us = 1.0, 20000 x 80 us =
+    # 1.6, 30000 x 20 us = 0.6; their median is 1.0. The product of the
+    # medians (20000 x 80 us) would be 1.6.
+    rows = []
+    for sps, compute in ((10000, 100.0), (20000, 80.0), (30000, 20.0)):
+        row = compare_servers.row_of(_report(sps, 3000.0, compute))
+        row.update(server="s", case="b64")
+        rows.append(row)
+    header, line = compare_servers.summary(rows, ["b64"], ["s"])
+    fields = dict(zip(header.split(), line.split()))
+    assert fields["cores_busy"] == "1.00"
+    assert fields["steps/s"] == "20000"
+    assert fields["compute_p50_us"] == "80.0"
+
+
+def test_overhead_is_the_median_of_each_runs_ratio():
+    # (p50 - compute) / echo per run: (300 - 100) / 100 = 2.0,
+    # (500 - 80) / 400 = 1.05, (400 - 20) / 200 = 1.9; median 1.9. From the
+    # columns' medians it would be (400 - 80) / 200 = 1.6.
+    rows = []
+    for p50, compute, echo in ((300.0, 100.0, 100.0), (500.0, 80.0, 400.0),
+                               (400.0, 20.0, 200.0)):
+        row = compare_servers.row_of(_report(1000, p50, compute, echo))
+        row.update(server="s", case="1s")
+        rows.append(row)
+    header, line = compare_servers.summary(rows, ["1s"], ["s"])
+    fields = dict(zip(header.split(), line.split()))
+    assert fields["overhead"] == "1.90"
+    assert fields["outside_compute_us"] == "4.0"
