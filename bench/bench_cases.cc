@@ -343,6 +343,54 @@ void RunAgainstCopy(benchmark::State& state, SteadySession& session,
   state.counters["key_bytes_per_second_median"] = Quantile(key_rates, 0.5);
 }
 
+// The summed-query kernel alone (internal::ScoreKeys with a sum and no z),
+// at the sketched 8B shape's planes (4 layers x 8 kv heads, 16 f16 elements
+// a key, one summed query per kv head), by where its keys live: at 256 live
+// they fit in L2 (256 KB), at 4k in L3 (4 MB), at 32k in DRAM (32 MB). Its
+// rate where the keys are cached is what its instructions allow; at 32k it
+// meets the memory as well.
+void BM_SumKernel(benchmark::State& state) {
+  const int64_t live = state.range(0);
+  constexpr int32_t kLayersSent = 4;
+  const int64_t planes = int64_t{kLayersSent} * kKvHeads;
+  std::mt19937 rng(23);
+  std::normal_distribution<float> normal(0.0f, 1.0f);
+  std::vector<float> values(static_cast<size_t>(planes * live * kSketchDim));
+  for (float& x : values) x = normal(rng);
+  std::vector<std::byte> keys(values.size() * 2);
+  EncodeElements(ElementType::kF16, values.data(), values.size(), keys.data());
+  std::vector<float> queries(static_cast<size_t>(planes * kSketchDim));
+  for (float& x : queries) x = normal(rng);
+  std::vector<double> sum(static_cast<size_t>(live));
+  internal::ScoreArgs args{.type = ElementType::kF16,
+                           .keys = keys.data(),
+                           .capacity = live,
+                           .layers = kLayersSent,
+                           .kv_heads = kKvHeads,
+                           .group = 1,
+                           .head_dim = kSketchDim,
+                           .live = live,
+                           .queries = queries.data(),
+                           .z = nullptr,
+                           .z_stride = live,
+                           .sum = sum.data()};
+  internal::ScoreKeys(args);  // Warm-up, untimed.
+  for (auto _ : state) {
+    std::fill(sum.begin(), sum.end(), 0.0);
+    internal::ScoreKeys(args);
+    benchmark::DoNotOptimize(sum.data());
+    benchmark::ClobberMemory();
+  }
+  state.SetBytesProcessed(int64_t(keys.size()) * state.iterations());
+  state.counters["kernel_bytes_per_iter"] = double(keys.size());
+}
+BENCHMARK(BM_SumKernel)
+    ->Arg(256)
+    ->Arg(4 << 10)
+    ->Arg(32 << 10)
+    ->Unit(benchmark::kMicrosecond)
+    ->UseRealTime();
+
 // The engine's side of project:16 at the 8B shape: n tokens' keys of the 4
 // sent layers (4 x 8 kv heads x 128 floats each) to 4 x 8 x 16.
 void BM_SketchKeys(benchmark::State& state) {

@@ -34,6 +34,9 @@
 //    with the copy: every round times one copy pass, then steps for as
 //    long, and the summary gives the median and quartiles of the per-round
 //    ratio of the two rates.
+// 3b. BM_SumKernel/<live>: the summed-query kernel alone at the sketched 8B
+//    planes, with its keys in L2 (256), L3 (4k) or DRAM (32k): what its
+//    instructions allow, against what the memory does.
 // 4. BM_Shadows/<shape>/<case>: what shadow policies add to a step
 //    (core/shadow.h; the server runs the same after each reply): the
 //    default shape and the 8B shape with project:16+gsum, 4k live, K = 1,

@@ -53,6 +53,9 @@ void SummaryReporter::ReportRuns(const std::vector<Run>& reports) {
       entry.score_every = static_cast<int>(Counter(run, "score_every", 1));
       entry.reference_entries = Counter(run, "reference_entries", 0);
       entry.shadow_bytes = Counter(run, "shadow_bytes", 0);
+    } else if (Counter(run, "kernel_bytes_per_iter", 0) > 0) {
+      entry.kind = Kind::kKernel;
+      entry.bytes_per_step = Counter(run, "kernel_bytes_per_iter", 0);
     } else if (Counter(run, "read_bytes_per_iter", 0) > 0) {
       entry.kind = Kind::kRead;
       entry.bytes_per_step = Counter(run, "read_bytes_per_iter", 0);
@@ -114,6 +117,15 @@ void SummaryReporter::PrintSummary() const {
         "read-only bandwidth, one thread: %.2f GB/s (%.2f of copy): a key "
         "read can reach at most that share of copy\n",
         read / 1e9, copy > 0 ? read / copy : 0.0);
+  }
+  for (const Entry& entry : entries_) {
+    if (entry.kind != Kind::kKernel) continue;
+    // The summed-query kernel alone (BM_SumKernel): its keys' rate.
+    std::printf(
+        "summed-query kernel alone, sketched 8B planes, %s live: %.2f GB/s "
+        "(%.2f of copy)\n",
+        entry.args.c_str(), entry.bytes_per_step / entry.s_per_step / 1e9,
+        copy > 0 ? entry.bytes_per_step / entry.s_per_step / copy : 0.0);
   }
   std::printf("%-34s %10s %14s %12s %14s %14s\n", "benchmark", "ms/step",
               "key GB/s", "of copy bw", "(by CPU time)", "copied B/step");

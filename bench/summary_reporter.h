@@ -35,7 +35,8 @@ class SummaryReporter : public benchmark::ConsoleReporter {
     kSketchQueries,
     kShadow,
     kTier,
-    kAgainstCopy
+    kAgainstCopy,
+    kKernel
   };
   struct Entry {
     std::string name;      // Full benchmark name.
