@@ -53,14 +53,20 @@ class CopiedBytes {
   const int64_t before_;
 };
 
-void RunSteps(benchmark::State& state, const char* policy) {
-  const int64_t live = state.range(0);
+// The step benchmarks' shape with `policy` at `budget`.
+SessionConfig DefaultShapeConfig(const char* policy, int64_t budget) {
   SessionConfig config;
   config.shape = BenchShape();
-  config.budget = live;
+  config.budget = budget;
   if (absl::Status st = ApplyPolicyName(policy, &config); !st.ok()) {
     Die("ApplyPolicyName", st);
   }
+  return config;
+}
+
+void RunSteps(benchmark::State& state, const char* policy) {
+  const int64_t live = state.range(0);
+  const SessionConfig config = DefaultShapeConfig(policy, live);
   SteadySession& session =
       CachedSession(std::string(policy) + "/" + std::to_string(live), config);
   const double key_bytes_per_step =
@@ -582,12 +588,7 @@ void RunShadowSteps(benchmark::State& state, const ShadowShape& shape,
 }  // namespace
 
 void RegisterShadowBenchmarks() {
-  SessionConfig standard;
-  standard.shape = BenchShape();
-  standard.budget = kShadowLive;
-  if (absl::Status st = ApplyPolicyName("entropy", &standard); !st.ok()) {
-    Die("ApplyPolicyName", st);
-  }
+  const SessionConfig standard = DefaultShapeConfig("entropy", kShadowLive);
   static const auto* shapes = new std::vector<ShadowShape>{
       {"default", standard, {"h2o", "tova", "window", "streaming"}},
       {"8B-project:16+gsum",
@@ -694,14 +695,8 @@ void RegisterAgainstCopyBenchmarks() {
     SessionConfig config;
   };
   constexpr int64_t kLive = 32 << 10;
-  SessionConfig entropy;
-  entropy.shape = BenchShape();
-  entropy.budget = kLive;
-  if (absl::Status st = ApplyPolicyName("entropy", &entropy); !st.ok()) {
-    Die("ApplyPolicyName", st);
-  }
   static const auto* cases = new std::vector<Case>{
-      {"entropy", entropy},
+      {"entropy", DefaultShapeConfig("entropy", kLive)},
       {"8B-exact", ModelConfig(kModelVariants[0], kLive, 1)},
       {"8B-project:16+gsum", ModelConfig(kModelVariants[1], kLive, 1)},
   };
