@@ -146,18 +146,30 @@ BENCHMARK(BM_RkvStep)
   benchmark::ClobberMemory();
 }
 
+// The two arrays of a STREAM copy of `bytes` each, written once.
+class CopyArrays {
+ public:
+  explicit CopyArrays(size_t bytes)
+      : n_(bytes / sizeof(double)), a_(new double[n_]), b_(new double[n_]) {
+    for (size_t i = 0; i < n_; ++i) {
+      a_[i] = double(i);
+      b_[i] = 0.0;
+    }
+  }
+  void Copy() { CopyOnce(b_.get(), a_.get(), n_); }
+
+ private:
+  const size_t n_;
+  std::unique_ptr<double[]> a_;
+  std::unique_ptr<double[]> b_;
+};
+
 // STREAM "Copy" over arrays far larger than the caches; counted as STREAM
 // counts it, 2 · 8 bytes an element (one read, one write).
 void BM_StreamCopy(benchmark::State& state) {
   const size_t bytes = size_t(state.range(0)) << 20;
-  const size_t n = bytes / sizeof(double);
-  std::unique_ptr<double[]> a(new double[n]);
-  std::unique_ptr<double[]> b(new double[n]);
-  for (size_t i = 0; i < n; ++i) {
-    a[i] = double(i);
-    b[i] = 0.0;
-  }
-  for (auto _ : state) CopyOnce(b.get(), a.get(), n);
+  CopyArrays arrays(bytes);
+  for (auto _ : state) arrays.Copy();
   state.SetBytesProcessed(int64_t(2 * bytes) * state.iterations());
   state.counters["copy_bytes_per_iter"] = double(2 * bytes);
 }
@@ -305,15 +317,9 @@ void RunAgainstCopy(benchmark::State& state, SteadySession& session,
                     double key_bytes_per_step) {
   using Clock = std::chrono::steady_clock;
   const size_t copy_bytes = size_t{256} << 20;
-  const size_t n = copy_bytes / sizeof(double);
-  std::unique_ptr<double[]> a(new double[n]);
-  std::unique_ptr<double[]> b(new double[n]);
-  for (size_t i = 0; i < n; ++i) {
-    a[i] = double(i);
-    b[i] = 0.0;
-  }
+  CopyArrays arrays(copy_bytes);
   // Warm-up, untimed: the arrays' pages are touched, the caches settle.
-  CopyOnce(b.get(), a.get(), n);
+  arrays.Copy();
   if (!session.RunPeriod()) {
     state.SkipWithError("live count drifted");
     return;
@@ -321,7 +327,7 @@ void RunAgainstCopy(benchmark::State& state, SteadySession& session,
   std::vector<double> ratios, copy_rates, key_rates;
   for (auto _ : state) {
     const Clock::time_point t0 = Clock::now();
-    CopyOnce(b.get(), a.get(), n);
+    arrays.Copy();
     const Clock::time_point t1 = Clock::now();
     int64_t periods = 0;
     Clock::time_point t2;
