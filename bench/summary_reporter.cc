@@ -121,11 +121,12 @@ void SummaryReporter::PrintSummary() const {
   for (const Entry& entry : entries_) {
     if (entry.kind != Kind::kKernel) continue;
     // The summed-query kernel alone (BM_SumKernel): its keys' rate.
+    const double rate = entry.bytes_per_step / entry.s_per_step;
     std::printf(
-        "summed-query kernel alone, sketched 8B planes, %s live: %.2f GB/s "
-        "(%.2f of copy)\n",
-        entry.args.c_str(), entry.bytes_per_step / entry.s_per_step / 1e9,
-        copy > 0 ? entry.bytes_per_step / entry.s_per_step / copy : 0.0);
+        "summed-query kernel alone, sketched 8B planes, %s live: %.2f GB/s",
+        entry.args.c_str(), rate / 1e9);
+    if (copy > 0) std::printf(" (%.2f of copy)", rate / copy);
+    std::printf("\n");
   }
   std::printf("%-34s %10s %14s %12s %14s %14s\n", "benchmark", "ms/step",
               "key GB/s", "of copy bw", "(by CPU time)", "copied B/step");
@@ -148,9 +149,7 @@ void SummaryReporter::PrintSummary() const {
 }
 
 void SummaryReporter::PrintTierTable() const {
-  bool any = false;
-  for (const Entry& entry : entries_) any |= entry.kind == Kind::kTier;
-  if (!any) return;
+  if (!Has(Kind::kTier)) return;
   std::printf(
       "\nDemote tier (docs/step-semantics.md section 12): the same session "
       "without a tier and with a full one of D = B entries (margin 0, P = "
@@ -183,9 +182,7 @@ void SummaryReporter::PrintTierTable() const {
 }
 
 void SummaryReporter::PrintAgainstCopyTable() const {
-  bool any = false;
-  for (const Entry& entry : entries_) any |= entry.kind == Kind::kAgainstCopy;
-  if (!any) return;
+  if (!Has(Kind::kAgainstCopy)) return;
   std::printf(
       "\nInterleaved with the copy (K = 1, budget = live): each round times "
       "one copy pass, then steps for as long; of copy: the per-round ratio "
@@ -203,9 +200,7 @@ void SummaryReporter::PrintAgainstCopyTable() const {
 }
 
 void SummaryReporter::PrintShadowTable() const {
-  bool any = false;
-  for (const Entry& entry : entries_) any |= entry.kind == Kind::kShadow;
-  if (!any) return;
+  if (!Has(Kind::kShadow)) return;
   std::printf(
       "\nShadow policies (core/shadow.h, as the server runs them after each "
       "reply): policy entropy, budget = live = 4096, K = 1; shadows at the "
@@ -257,6 +252,11 @@ void SummaryReporter::PrintShadowTable() const {
   }
 }
 
+bool SummaryReporter::Has(Kind kind) const {
+  return std::any_of(entries_.begin(), entries_.end(),
+                     [kind](const Entry& entry) { return entry.kind == kind; });
+}
+
 double SummaryReporter::Counter(const Run& run, const char* key,
                                 double otherwise) {
   auto it = run.counters.find(key);
@@ -273,9 +273,7 @@ void SummaryReporter::PrintBandwidth(const Entry& entry, double copy,
 }
 
 void SummaryReporter::PrintModelTable(double copy, double copy_cpu) const {
-  bool any = false;
-  for (const Entry& entry : entries_) any |= entry.kind == Kind::kModel;
-  if (!any) return;
+  if (!Has(Kind::kModel)) return;
   std::printf(
       "\nLlama-3-8B shape: %d layers x %d kv heads x d=%d, %d q heads, f16; "
       "policy entropy, budget = live; 1 thread, 1 session.\n"

@@ -70,6 +70,9 @@ class SummaryReporter : public benchmark::ConsoleReporter {
 
   static double Counter(const Run& run, const char* key, double otherwise);
 
+  // Whether any run reported was of `kind`.
+  bool Has(Kind kind) const;
+
   // Prints key GB/s and its share of the copy bandwidth by real and by CPU
   // time.
   static void PrintBandwidth(const Entry& entry, double copy, double copy_cpu);

@@ -22,17 +22,24 @@ def _report(steps_per_s, p50, compute_p50, echo_p50=100.0):
                  "context_switches_per_step": 0.05}}}
 
 
+def _summary(case, reports):
+    """The summary's fields for `case`, one run per report."""
+    rows = []
+    for report in reports:
+        row = compare_servers.row_of(report)
+        row.update(server="s", case=case)
+        rows.append(row)
+    header, line = compare_servers.summary(rows, [case], ["s"])
+    return dict(zip(header.split(), line.split()))
+
+
 def test_cores_busy_is_the_median_of_each_runs_product():
     # Per run, steps/s x compute p50: 10000 x 100 us = 1.0, 20000 x 80 us =
     # 1.6, 30000 x 20 us = 0.6; their median is 1.0. The product of the
     # medians (20000 x 80 us) would be 1.6.
-    rows = []
-    for sps, compute in ((10000, 100.0), (20000, 80.0), (30000, 20.0)):
-        row = compare_servers.row_of(_report(sps, 3000.0, compute))
-        row.update(server="s", case="b64")
-        rows.append(row)
-    header, line = compare_servers.summary(rows, ["b64"], ["s"])
-    fields = dict(zip(header.split(), line.split()))
+    fields = _summary("b64", [_report(sps, 3000.0, compute) for sps, compute
+                              in ((10000, 100.0), (20000, 80.0),
+                                  (30000, 20.0))])
     assert fields["cores_busy"] == "1.00"
     assert fields["steps/s"] == "20000"
     assert fields["compute_p50_us"] == "80.0"
@@ -42,13 +49,9 @@ def test_overhead_is_the_median_of_each_runs_ratio():
     # (p50 - compute) / echo per run: (300 - 100) / 100 = 2.0,
     # (500 - 80) / 400 = 1.05, (400 - 20) / 200 = 1.9; median 1.9. From the
     # columns' medians it would be (400 - 80) / 200 = 1.6.
-    rows = []
-    for p50, compute, echo in ((300.0, 100.0, 100.0), (500.0, 80.0, 400.0),
-                               (400.0, 20.0, 200.0)):
-        row = compare_servers.row_of(_report(1000, p50, compute, echo))
-        row.update(server="s", case="1s")
-        rows.append(row)
-    header, line = compare_servers.summary(rows, ["1s"], ["s"])
-    fields = dict(zip(header.split(), line.split()))
+    fields = _summary("1s", [_report(1000, p50, compute, echo)
+                             for p50, compute, echo in
+                             ((300.0, 100.0, 100.0), (500.0, 80.0, 400.0),
+                              (400.0, 20.0, 200.0))])
     assert fields["overhead"] == "1.90"
     assert fields["outside_compute_us"] == "4.0"
