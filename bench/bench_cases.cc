@@ -358,7 +358,8 @@ void RunAgainstCopy(benchmark::State& state, SteadySession& session,
 // The summed-query kernel alone (internal::ScoreKeys with a sum and no z),
 // at the sketched 8B shape's planes (4 layers x 8 kv heads, 16 f16 elements
 // a key, one summed query per kv head), by where its keys live: at 256 live
-// they fit in L2 (256 KB), at 4k in L3 (4 MB), at 32k in DRAM (32 MB). Its
+// they fit in L2 (256 KB), at 4k in L3 (4 MB), at 32k (33.5 MB) they come
+// from DRAM on a machine with a 32 MB L3, as in docs/performance.md. Its
 // rate where the keys are cached is what its instructions allow; at 32k it
 // meets the memory as well.
 void BM_SumKernel(benchmark::State& state) {
