@@ -10,8 +10,9 @@ them. Prints one JSON line per run, then per case and server the medians:
   steps/s, p50 per step (per message with --batch), the same run's echo p50,
   server compute p50, service overhead ((p50 - compute) / echo p50), server
   CPU per step and outside compute (CPU less mean compute), context
-  switches per step, echo's CPU and switches per message, and cores busy
-  with compute (steps/s x compute p50). The derived figures (overhead,
+  switches per step, echo's CPU and switches per message, cores busy
+  with compute (steps/s x compute p50), and the load generator's own CPU
+  per step (it shares the machine). The derived figures (overhead,
   outside compute, cores busy) are computed in each run and their medians
   printed, not computed from the other columns' medians.
 
@@ -71,7 +72,8 @@ def row_of(report):
                cpu=e.get("server_cpu_us_per_step"),
                switches=e.get("context_switches_per_step"),
                echo_cpu=h.get("server_cpu_us_per_step"),
-               echo_switches=h.get("context_switches_per_step"))
+               echo_switches=h.get("context_switches_per_step"),
+               loadgen_cpu=e.get("loadgen_cpu_us_per_step"))
     # The derived figures of this run, from this run's own figures: their
     # medians are what the summary prints (a product of two medians taken
     # over different runs is no run's figure).
@@ -95,7 +97,7 @@ def summary(rows, cases, names):
     """The header and one line per case and server: the medians of rows."""
     lines = ["case server steps/s p50_us echo_p50_us compute_p50_us overhead "
              "cpu_us_per_step outside_compute_us switches_per_step "
-             "echo_cpu_us echo_switches cores_busy"]
+             "echo_cpu_us echo_switches cores_busy loadgen_cpu_us"]
     for case in cases:
         for name in names:
             rs = [r for r in rows if r["server"] == name and r["case"] == case]
@@ -108,7 +110,8 @@ def summary(rows, cases, names):
                          f"{fmt(median(rs, 'switches'), 2)} "
                          f"{fmt(median(rs, 'echo_cpu'))} "
                          f"{fmt(median(rs, 'echo_switches'), 2)} "
-                         f"{median(rs, 'cores_busy'):.2f}")
+                         f"{median(rs, 'cores_busy'):.2f} "
+                         f"{fmt(median(rs, 'loadgen_cpu'))}")
     return lines
 
 

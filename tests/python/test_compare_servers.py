@@ -16,7 +16,8 @@ def _report(steps_per_s, p50, compute_p50, echo_p50=100.0):
                     "server_compute_us": {"p50": compute_p50,
                                           "mean": compute_p50 + 1.0},
                     "server_cpu_us_per_step": compute_p50 + 5.0,
-                    "context_switches_per_step": 0.1},
+                    "context_switches_per_step": 0.1,
+                    "loadgen_cpu_us_per_step": 7.5},
         "echo": {"latency_us": {"p50": echo_p50},
                  "server_cpu_us_per_step": 2.0,
                  "context_switches_per_step": 0.05}}}
@@ -43,6 +44,7 @@ def test_cores_busy_is_the_median_of_each_runs_product():
     assert fields["cores_busy"] == "1.00"
     assert fields["steps/s"] == "20000"
     assert fields["compute_p50_us"] == "80.0"
+    assert fields["loadgen_cpu_us"] == "7.5"
 
 
 def test_overhead_is_the_median_of_each_runs_ratio():

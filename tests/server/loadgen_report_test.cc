@@ -1,5 +1,6 @@
 // entrokv-loadgen's report against an in-process server: the server
-// process's CPU and context switches per step, the --shape=8b preset, the
+// process's CPU and context switches per step, the load generator's own CPU
+// per step, the --shape=8b preset, the
 // table of shadow policies, and a token-protected server.
 
 #include <sys/resource.h>
@@ -26,15 +27,18 @@ using ::testing::Not;
 
 class LoadgenReportTest : public ServerTest {};
 
-// User + system CPU of this process, every thread.
-double ProcessCpuSeconds() {
+// User + system CPU of this process (RUSAGE_SELF, every thread) or of its
+// children waited for (RUSAGE_CHILDREN: the load generator, and the shell
+// and timeout that start it).
+double CpuSeconds(int who) {
   rusage usage{};
-  getrusage(RUSAGE_SELF, &usage);
+  getrusage(who, &usage);
   const auto seconds = [](const timeval& t) {
     return static_cast<double>(t.tv_sec) + 1e-6 * static_cast<double>(t.tv_usec);
   };
   return seconds(usage.ru_utime) + seconds(usage.ru_stime);
 }
+double ProcessCpuSeconds() { return CpuSeconds(RUSAGE_SELF); }
 
 // On a unix: target the report gives the server process's CPU and context
 // switches per step (its pid from the socket's peer: here this test's own
@@ -52,8 +56,10 @@ TEST_F(LoadgenReportTest, ReportsTheServerProcessPerStepOnAUnixTarget) {
   args.push_back("--steps_per_round=2000");
   args.push_back("--json");
   const double cpu_before = ProcessCpuSeconds();
+  const double children_before = CpuSeconds(RUSAGE_CHILDREN);
   const LoadgenRun run = RunLoadgen(args);
   const double cpu_during = ProcessCpuSeconds() - cpu_before;
+  const double children_during = CpuSeconds(RUSAGE_CHILDREN) - children_before;
   ASSERT_EQ(run.exit_code, 0) << run.output;
   // Each step is a round trip from another process: the thread that reads
   // it has waited for it, one switch at least.
@@ -66,11 +72,21 @@ TEST_F(LoadgenReportTest, ReportsTheServerProcessPerStepOnAUnixTarget) {
   const double per_step = JsonDouble(run.output, "server_cpu_us_per_step");
   EXPECT_GT(per_step, 0.0) << run.output;
   EXPECT_LE(per_step * 2000 * 1e-6, cpu_during + 0.02) << run.output;
+  // The load generator's own CPU in its phases: some, and no more than the
+  // whole process took, setup and exit included (its clock is exact to
+  // the nanosecond; getrusage to the microsecond).
+  const double own = JsonDouble(run.output, "loadgen_cpu_us_per_step");
+  EXPECT_GT(own, 0.0) << run.output;
+  EXPECT_LE(own * 2000 * 1e-6, children_during + 1e-4) << run.output;
+  EXPECT_THAT(run.output, Not(HasSubstr("\"loadgen_cpu_us_per_step\": null")));
 
   args.push_back("--server_pid=-1");
   const LoadgenRun off = RunLoadgen(args);
   ASSERT_EQ(off.exit_code, 0) << off.output;
   EXPECT_THAT(off.output, HasSubstr("\"server_cpu_us_per_step\": null"));
+  // Its own CPU does not need the server's pid.
+  EXPECT_GT(JsonDouble(off.output, "loadgen_cpu_us_per_step"), 0.0)
+      << off.output;
   EXPECT_THAT(off.output, Not(HasSubstr("server process (pid")));
   server_->Shutdown(absl::Milliseconds(100));
   server_.reset();

@@ -1,5 +1,7 @@
 #include "phases.h"
 
+#include <time.h>
+
 #include <algorithm>
 #include <atomic>
 #include <barrier>
@@ -132,6 +134,7 @@ class LockStep {
       phase_.fetch_add(1);
     }
     SampleServer();
+    SampleSelf();
     const size_t done = log_.modes.size();
     const absl::Duration duration = shared_->options.duration;
     if (done >= planned_phases_ ||
@@ -167,6 +170,20 @@ class LockStep {
     last_sample_ = now;
   }
 
+  // Credits the load generator's own CPU time since the last phase's end
+  // (or the setup's) to the mode that just ran.
+  void SampleSelf() {
+    timespec now{};
+    clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &now);
+    const double seconds = double(now.tv_sec) + 1e-9 * double(now.tv_nsec);
+    if (!log_.modes.empty()) {
+      ModeStats stats;
+      stats.loadgen_cpu_seconds = std::max(0.0, seconds - last_self_seconds_);
+      shared_->Merge(log_.modes.back(), stats);
+    }
+    last_self_seconds_ = seconds;
+  }
+
   // The steps of sessions that never started are not sent: counted under
   // the status their start failed with.
   void CountNotStarted(const absl::Status& setup, const std::string& mode) {
@@ -188,6 +205,7 @@ class LockStep {
   absl::Time phase_start_ = absl::Now();
   bool setup_done_ = false;
   std::optional<ProcessSample> last_sample_;  // At the last phase's end.
+  double last_self_seconds_ = 0.0;            // This process's CPU then.
   std::barrier<Completion> barrier_;
 };
 

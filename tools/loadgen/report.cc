@@ -18,6 +18,8 @@ struct Summary {
   double sent_per_s = 0, received_per_s = 0, evicted_per_step = 0;
   // The server process per step answered (server_sampled), else negative.
   double server_cpu_us = -1, context_switches = -1;
+  // The load generator's own CPU per step answered; negative with none.
+  double loadgen_cpu_us = -1;
 };
 
 // `batch`: steps per latency sample (message).
@@ -38,6 +40,8 @@ Summary Summarize(ModeStats& stats, int batch) {
       s.server_cpu_us = stats.server_cpu_seconds * 1e6 / steps;
       s.context_switches = double(stats.server_context_switches) / steps;
     }
+    s.loadgen_cpu_us =
+        stats.loadgen_cpu_seconds * 1e6 / (double(s.count) * batch);
   }
   return s;
 }
@@ -105,6 +109,7 @@ void ModeStats::Merge(const ModeStats& other) {
   server_unsampled_phases += other.server_unsampled_phases;
   server_cpu_seconds += other.server_cpu_seconds;
   server_context_switches += other.server_context_switches;
+  loadgen_cpu_seconds += other.loadgen_cpu_seconds;
 }
 
 int64_t ModeStats::FailedSteps() const {
@@ -228,6 +233,19 @@ std::string FormatText(const RunDescription& run,
       absl::StrAppend(&out, "\n");
     }
   }
+  bool self_measured = false;
+  for (const auto& [name, s] : summaries)
+    self_measured |= s.loadgen_cpu_us >= 0;
+  if (self_measured) {
+    absl::StrAppend(&out,
+                    "load generator process, per step answered: CPU time of "
+                    "all its threads\n");
+    for (const auto& [name, s] : summaries) {
+      if (s.loadgen_cpu_us < 0) continue;
+      absl::StrAppendFormat(&out, "  %-8s %8.1f us CPU\n", name,
+                            s.loadgen_cpu_us);
+    }
+  }
   if (run.client != "sync" && modes.contains("entrokv")) {
     absl::StrAppendFormat(
         &out,
@@ -289,15 +307,18 @@ std::string FormatJson(const RunDescription& run,
         "\"bytes_received_per_s\": %.0f, \"evictions_per_step\": %.4f, "
         "\"server_cpu_us_per_step\": %s, "
         "\"context_switches_per_step\": %s, "
+        "\"loadgen_cpu_us_per_step\": %s, "
         "\"fallbacks\": %d, \"status\": %s, \"failed\": %d, "
         "\"failures\": %s, \"not_sent\": %s, \"fallback_causes\": %s, "
         "\"wall_s\": %.3f}",
         name, s.count, s.steps_per_s, JsonPercentiles(s.latency),
         JsonPercentiles(s.server), s.sent_per_s, s.received_per_s,
         s.evicted_per_step, JsonOrNull(s.server_cpu_us, "%.2f"),
-        JsonOrNull(s.context_switches, "%.4f"), stats.fallbacks, CodesJson(stats.codes),
-        stats.FailedSteps(), CodesJson(by_code), CodesJson(stats.not_sent),
-        CodesJson(stats.fallback_causes), stats.wall_seconds));
+        JsonOrNull(s.context_switches, "%.4f"),
+        JsonOrNull(s.loadgen_cpu_us, "%.2f"), stats.fallbacks,
+        CodesJson(stats.codes), stats.FailedSteps(), CodesJson(by_code),
+        CodesJson(stats.not_sent), CodesJson(stats.fallback_causes),
+        stats.wall_seconds));
   }
   std::string ratios = "null";
   if (summaries.contains("entrokv") && summaries.contains("echo") &&

@@ -51,6 +51,10 @@ struct ModeStats {
   int64_t server_unsampled_phases = 0;
   double server_cpu_seconds = 0.0;
   int64_t server_context_switches = 0;
+  // The load generator's own CPU seconds during this mode's phases, every
+  // thread (CLOCK_PROCESS_CPUTIME_ID): with the server's, where the cores
+  // went when both run on one machine.
+  double loadgen_cpu_seconds = 0.0;
 
   void Merge(const ModeStats& other);
   // Steps not answered OK by the server: not-OK codes, not sent, fallbacks.
