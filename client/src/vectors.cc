@@ -9,14 +9,15 @@ namespace entrokv {
 
 void AppendConverted(const VectorView& view, ElementType target,
                      std::string* out) {
+  if (view.empty()) return;
+  if (view.type() == target) {
+    // One pass: resize() would first write the new bytes as zeros.
+    out->append(reinterpret_cast<const char*>(view.bytes()), view.byte_size());
+    return;
+  }
   const size_t old_size = out->size();
   out->resize(old_size + view.size() * ElementSize(target));
   auto* dst = reinterpret_cast<std::byte*>(out->data() + old_size);
-  if (view.empty()) return;
-  if (view.type() == target) {
-    std::memcpy(dst, view.bytes(), view.byte_size());
-    return;
-  }
   // Decode in chunks so that a long prefill does not allocate its whole size
   // in floats.
   constexpr size_t kChunk = 4096;
