@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/strings/str_cat.h"
 #include "convert.h"
 #include "entrokv/core/entropy.h"
@@ -289,10 +290,11 @@ absl::Status Session::Impl::Prepare(const StepRequest& request,
     }
   }
   live_.Append(request.slot_ids, request.pinned);
-  in_flight_.push_back(Pending{
-      step,
-      std::vector<uint64_t>(request.slot_ids.begin(), request.slot_ids.end()),
-      now, entropy, out == nullptr, resync, std::nullopt, nullptr, -1});
+  in_flight_.push_back(
+      Pending{step,
+              absl::InlinedVector<uint64_t, 1>(request.slot_ids.begin(),
+                                               request.slot_ids.end()),
+              now, entropy, out == nullptr, resync, std::nullopt, nullptr, -1});
   if (resync) resync_.reset();
   ++next_step_;
   return absl::OkStatus();

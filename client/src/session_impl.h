@@ -15,6 +15,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -149,7 +150,8 @@ class Session::Impl {
   enum class Cause { kDeadline, kUnavailable, kDegraded };
   struct Pending {
     uint64_t step;
-    std::vector<uint64_t> slot_ids;  // The step's own appends.
+    // The step's own appends: one for a decode step, held inline.
+    absl::InlinedVector<uint64_t, 1> slot_ids;
     absl::Time sent;
     double entropy;
     bool local;   // Not sent: decided locally when collected.
