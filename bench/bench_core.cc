@@ -53,8 +53,9 @@
 //    evicts one from the tier; the decision scores B + D entries.
 
 // The files: bench_core.h (what they share), steady_session.cc (the session
-// the cases time), bench_cases.cc (the cases), summary_reporter.{h,cc} (the
-// summaries).
+// the cases time), bench_cases.cc (the cases, and the Llama-3-8B and
+// against-copy registrations), shadow_tier_cases.cc (the shadow and demote
+// tier cases), summary_reporter.{h,cc} (the summaries).
 
 #include "bench_core.h"
 

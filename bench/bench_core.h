@@ -37,11 +37,32 @@ constexpr int kCadence = 16;
 constexpr int64_t kEngineKeyBytesPerToken =
     int64_t{kModelLayers} * kKvHeads * kHeadDim * 2;
 
+// The variants of the Llama-3-8B rows.
+struct ModelVariant {
+  const char* name;
+  bool sketch;  // project:16 on the default scored layers, group-sum queries.
+  bool blocks;  // block_size 16 with block summaries.
+};
+inline constexpr ModelVariant kModelVariants[] = {
+    {"exact", false, false},
+    {"project:16+gsum", true, false},
+    {"exact+block16", false, true},
+    {"project:16+gsum+block16", true, true},
+};
+
 // Prints `what` and `status` to stderr and aborts.
 [[noreturn]] void Die(const char* what, const absl::Status& status);
 
 // kLayers x kKvHeads x kHeadDim keys, kQHeads q heads, f16.
 Shape BenchShape();
+
+// The step benchmarks' shape with `policy` at `budget` (bench_cases.cc).
+SessionConfig DefaultShapeConfig(const char* policy, int64_t budget);
+
+// The 8B shape as `variant` sends it, policy entropy at budget `live`, a
+// decision every `decide_every` steps (bench_cases.cc).
+SessionConfig ModelConfig(const ModelVariant& variant, int64_t live,
+                          int32_t decide_every);
 
 class Pools;  // Random keys and queries of one shape (steady_session.cc).
 
@@ -119,18 +140,18 @@ void RegisterModelBenchmarks();
 // once, after RegisterModelBenchmarks.
 void RegisterAgainstCopyBenchmarks();
 
-// Registers the BM_Shadows benchmarks: a session at the default shape and at
-// the 8B shape with project:16 and group-sum queries, 4k live, watched by no
-// ShadowSet, by one without shadows (recall only), with 1, 2 and 4 shadows,
-// and with 4 scoring one step in 16 (bench_cases.cc names the policies). Called
-// once, after RegisterAgainstCopyBenchmarks.
+// Registers the BM_Shadows benchmarks (shadow_tier_cases.cc): a session at the
+// default shape and at the 8B shape with project:16 and group-sum queries, 4k
+// live, watched by no ShadowSet, by one without shadows (recall only), with 1,
+// 2 and 4 shadows, and with 4 scoring one step in 16 (bench_cases.cc names the
+// policies). Called once, after RegisterAgainstCopyBenchmarks.
 void RegisterShadowBenchmarks();
 
-// Registers the BM_Tier benchmarks: a decision with a demote tier of D = B
-// entries (docs/step-semantics.md section 12) against the same session
-// without one, at the default shape (tova and entropy, 8k live) and at the
-// 8B shape with project:16 and group-sum queries (entropy, 4k live). Called
-// once, after RegisterShadowBenchmarks.
+// Registers the BM_Tier benchmarks (shadow_tier_cases.cc): a decision with a
+// demote tier of D = B entries (docs/step-semantics.md section 12) against the
+// same session without one, at the default shape (tova and entropy, 8k live)
+// and at the 8B shape with project:16 and group-sum queries (entropy, 4k live).
+// Called once, after RegisterShadowBenchmarks.
 void RegisterTierBenchmarks();
 
 }  // namespace entrokv::bench
