@@ -269,5 +269,28 @@ TEST(ClearForReuseTest, WhatIsKeptStaysWithinTheBudget) {
             Batch(4, 1, 1024, 0, 2).SerializeAsString());
 }
 
+// After a prefill chunk, each step's keys had grown to the chunk's size.
+// Kept, those would take the budget of the decode messages that follow, and
+// the steps left without it would allocate again at every message.
+TEST(ClearForReuseTest, APrefillChunkIsNotKeptForTheDecodeStepsAfterIt) {
+  constexpr int kSteps = 64;
+  v1::DecodeRequest reused;
+  BuildLikeTheClient(kSteps, 8 * 1024, 256, 1, &reused);  // 8 entries each.
+  for (int seed = 2; seed < 4; ++seed) {  // The first decode messages.
+    proto_convert::ClearForReuse(reused.ByteSizeLong(), &reused);
+    BuildLikeTheClient(kSteps, 1024, 256, seed, &reused);
+  }
+  g_allocations = 0;
+  g_counting = true;
+  for (int seed = 4; seed < 8; ++seed) {
+    proto_convert::ClearForReuse(reused.ByteSizeLong(), &reused);
+    BuildLikeTheClient(kSteps, 1024, 256, seed, &reused);
+  }
+  g_counting = false;
+  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(reused.SerializeAsString(),
+            Batch(kSteps, 1, 1024, 256, 7).SerializeAsString());
+}
+
 }  // namespace
 }  // namespace entrokv::server
