@@ -186,7 +186,7 @@ class DecodeBatchImpl final : public DecodeBatch,
   v1::SessionStep* AddStep(std::shared_ptr<client_internal::BatchMessage>* m,
                            int* index) override {
     if (open_ == nullptr) {
-      open_ = std::make_shared<client_internal::BatchMessage>();
+      open_ = RecycledMessage();
       open_request_ = client_internal::ReusedRequest(stream_.get());
       open_deadline_ = absl::InfiniteDuration();
     }
@@ -210,13 +210,13 @@ class DecodeBatchImpl final : public DecodeBatch,
     message->steps = request->steps_size();
     message->until = absl::Now() + open_deadline_;
     if (message->steps == 0) {
-      message->response = absl::UnavailableError("entrokv: nothing was sent");
+      message->outcome = absl::UnavailableError("entrokv: nothing was sent");
       return;
     }
     if (ended_) {
       // Cannot happen: the stream's end failed the message being gathered,
       // and a session attaches again only to a new stream. Fail safe.
-      message->response =
+      message->outcome =
           absl::UnavailableError("entrokv: the DecodeBatch's stream ended");
       return;
     }
@@ -225,7 +225,7 @@ class DecodeBatchImpl final : public DecodeBatch,
   }
   void Await(client_internal::BatchMessage* message) override {
     if (message == open_.get()) SendGathered();
-    while (!message->response.has_value() && !flying_.empty()) ReadOne();
+    while (!message->outcome.has_value() && !flying_.empty()) ReadOne();
   }
   void Closed(const Session::Impl* session) override {
     closed_.insert(session);
@@ -246,11 +246,30 @@ class DecodeBatchImpl final : public DecodeBatch,
     std::shared_ptr<client_internal::BatchMessage> message =
         std::move(flying_.front());
     flying_.pop_front();
-    absl::StatusOr<v1::DecodeResponse> response = stream_->Next(message->until);
+    absl::Status read = stream_->Next(message->until, &message->response);
     const bool failed =
-        !response.ok() || response->results_size() != message->steps;
-    message->response = std::move(response);
+        !read.ok() || message->response.results_size() != message->steps;
+    message->outcome = std::move(read);
     if (failed) EndStream();
+  }
+  // A message to gather the next steps in: one this batch made before that
+  // no session holds any more (each collected its step), so that its answer
+  // is parsed into an earlier answer's memory, or a new one.
+  std::shared_ptr<client_internal::BatchMessage> RecycledMessage() {
+    for (const std::shared_ptr<client_internal::BatchMessage>& m : made_) {
+      if (m.use_count() > 1) continue;
+      m->sent = false;
+      m->steps = 0;
+      m->until = absl::InfinitePast();
+      m->outcome.reset();
+      return m;
+    }
+    auto m = std::make_shared<client_internal::BatchMessage>();
+    // The one being gathered, two in flight, one answered and not yet
+    // collected by all its sessions.
+    constexpr size_t kKept = 4;
+    if (made_.size() < kKept) made_.push_back(m);
+    return m;
   }
   // Sends the message being gathered once every open session has gathered a
   // step for it.
@@ -262,9 +281,9 @@ class DecodeBatchImpl final : public DecodeBatch,
   }
   // Every message in flight and the one being gathered fail with `why`.
   void FailAll(const absl::Status& why) {
-    for (const auto& message : flying_) message->response = why;
+    for (const auto& message : flying_) message->outcome = why;
     flying_.clear();
-    if (open_ != nullptr) open_->response = why;
+    if (open_ != nullptr) open_->outcome = why;
     open_.reset();
     open_request_.reset();
     gathered_.clear();
@@ -288,6 +307,10 @@ class DecodeBatchImpl final : public DecodeBatch,
   absl::flat_hash_set<const Session::Impl*> gathered_;
   // Sent and not yet answered, oldest first.
   std::deque<std::shared_ptr<client_internal::BatchMessage>> flying_;
+  // Messages made, for RecycledMessage().
+  std::vector<std::shared_ptr<client_internal::BatchMessage>> made_;
+  // Step()'s sessions seen.
+  absl::flat_hash_set<const Session*> step_seen_;
 };
 
 class ClientImpl final : public Client {
@@ -501,7 +524,10 @@ std::vector<absl::StatusOr<StepOutcome>> DecodeBatchImpl::Step(
   // message.
   SendGathered();
   std::vector<bool> gathered(steps.size(), false);
-  absl::flat_hash_set<const Session*> seen;
+  // A member, so that it keeps its capacity (it grows seven times for 64
+  // sessions). Only this loop uses it: it calls no engine code.
+  absl::flat_hash_set<const Session*>& seen = step_seen_;
+  seen.clear();
   for (size_t i = 0; i < steps.size(); ++i) {
     Session* session = steps[i].session;
     if (session == nullptr || session->impl()->batch() != this) {

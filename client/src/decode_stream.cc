@@ -80,17 +80,17 @@ void CallbackDecodeStream::OnDone(const grpc::Status& status) {
                   : FromGrpc(status);
 }
 
-absl::StatusOr<v1::DecodeResponse> CallbackDecodeStream::Next(
-    absl::Time deadline) {
+absl::Status CallbackDecodeStream::Next(absl::Time deadline,
+                                        v1::DecodeResponse* response) {
   absl::MutexLock lock(&mu_);
   auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
     return !responses_.empty() || done_;
   };
   mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
   if (!responses_.empty()) {
-    v1::DecodeResponse response = std::move(responses_.front());
+    *response = std::move(responses_.front());
     responses_.pop_front();
-    return response;
+    return absl::OkStatus();
   }
   if (done_) return final_status_;
   return absl::DeadlineExceededError(
@@ -129,13 +129,13 @@ class SyncDecodeStream final : public DecodeStream {
     if (!ok) End(fired);
   }
 
-  absl::StatusOr<v1::DecodeResponse> Next(absl::Time deadline) override {
+  absl::Status Next(absl::Time deadline,
+                    v1::DecodeResponse* response) override {
     if (broken_) return final_status_;
-    v1::DecodeResponse response;
     const DeadlineWatchdog::Ticket ticket = watchdog_->Arm(&context_, deadline);
-    const bool ok = stream_->Read(&response);
+    const bool ok = stream_->Read(response);
     const bool fired = watchdog_->Disarm(ticket);
-    if (ok) return response;
+    if (ok) return absl::OkStatus();
     End(fired);
     return final_status_;
   }
@@ -197,9 +197,15 @@ class SyncDecodeStream final : public DecodeStream {
 std::unique_ptr<v1::DecodeRequest> ReusedRequest(DecodeStream* stream) {
   std::unique_ptr<v1::DecodeRequest> request = stream->TakeWritten();
   if (request == nullptr) return std::make_unique<v1::DecodeRequest>();
-  // The size its serialization for the write cached.
-  proto_convert::ClearForReuse(static_cast<size_t>(request->GetCachedSize()),
-                               request.get());
+  // The size its serialization for the write cached, and for each step the
+  // capacity protobuf gives its repeated fields beyond what they serialize
+  // (four slot ids for one): without it, a shape of a few bytes per entry
+  // would free some steps' Append at every message.
+  constexpr size_t kStepSlack = 64;
+  proto_convert::ClearForReuse(
+      static_cast<size_t>(request->GetCachedSize()) +
+          kStepSlack * static_cast<size_t>(request->steps_size()),
+      request.get());
   return request;
 }
 

@@ -43,10 +43,13 @@ class DecodeStream {
   virtual void Send(std::unique_ptr<v1::DecodeRequest> request,
                     absl::Time deadline) = 0;
 
-  // The next response, in order. DeadlineExceeded when `deadline` passes
-  // first; the stream's final status (Unavailable when it ended OK but
-  // early) when it ended.
-  virtual absl::StatusOr<v1::DecodeResponse> Next(absl::Time deadline) = 0;
+  // Reads the next response, in order, into `*response`, which it
+  // replaces; the sync stream parses into its memory, so that a caller who
+  // reads answers of one shape into one message allocates nothing for them
+  // once warm. DeadlineExceeded when `deadline` passes first; the stream's
+  // final status (Unavailable when it ended OK but early) when it ended.
+  virtual absl::Status Next(absl::Time deadline,
+                            v1::DecodeResponse* response) = 0;
 
   // Cancels the call; later Next() calls report its end.
   virtual void Cancel() = 0;
@@ -78,7 +81,7 @@ class CallbackDecodeStream final
 
   void Send(std::unique_ptr<v1::DecodeRequest> request,
             absl::Time deadline) override;
-  absl::StatusOr<v1::DecodeResponse> Next(absl::Time deadline) override;
+  absl::Status Next(absl::Time deadline, v1::DecodeResponse* response) override;
   void Cancel() override;
   std::unique_ptr<v1::DecodeRequest> TakeWritten() override;
 

@@ -349,29 +349,29 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectGathered(
   if (degraded_) {
     // Already local. A step whose message failed still counts its own
     // cause (the stream's end may have degraded the session first).
-    const auto& failed = message->response;
+    const std::optional<absl::Status>& failed = message->outcome;
     if (failed.has_value() && !failed->ok()) {
-      return FailedAnswer(pending, failed->status());
+      return FailedAnswer(pending, *failed);
     }
     return Fallback(pending, Cause::kDegraded);
   }
   if (batch_ != nullptr) batch_->Await(message);
-  if (!message->response.has_value()) {
-    message->response = absl::UnavailableError(
+  if (!message->outcome.has_value()) {
+    message->outcome = absl::UnavailableError(
         "entrokv: the session's DecodeBatch was destroyed");
   }
-  const absl::StatusOr<v1::DecodeResponse>& response = *message->response;
-  if (!response.ok()) return FailedAnswer(pending, response.status());
+  if (!message->outcome->ok()) return FailedAnswer(pending, *message->outcome);
+  const v1::DecodeResponse& response = message->response;
   const int index = pending.index;
-  if (index < 0 || index >= response->results_size() ||
-      response->results(index).session_id() != id_) {
+  if (index < 0 || index >= response.results_size() ||
+      response.results(index).session_id() != id_) {
     Degrade(absl::InternalError(
         "entrokv: a batch response without this session's result"));
     return Fallback(pending, Cause::kUnavailable);
   }
   counters_.bytes_received +=
-      static_cast<int64_t>(response->results(index).ByteSizeLong());
-  return Finish(pending, response->results(index));
+      static_cast<int64_t>(response.results(index).ByteSizeLong());
+  return Finish(pending, response.results(index));
 }
 
 void Session::Impl::Degrade(absl::Status why) {
@@ -435,7 +435,7 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
     return absl::FailedPreconditionError("entrokv: no step in flight");
   }
   Pending pending = std::move(in_flight_.front());
-  in_flight_.pop_front();
+  in_flight_.erase(in_flight_.begin());
   if (pending.decided.has_value()) return *std::move(pending.decided);
   if (pending.local) {
     return Fallback(pending, LocalCause());
@@ -443,17 +443,16 @@ absl::StatusOr<StepOutcome> Session::Impl::CollectImpl() {
   if (pending.message != nullptr) return CollectGathered(pending);
   if (degraded_) return Fallback(pending, Cause::kDegraded);
 
-  absl::StatusOr<v1::DecodeResponse> response =
-      stream_->Next(pending.sent + options_.step_deadline);
-  if (!response.ok()) return FailedAnswer(pending, response.status());
-  counters_.bytes_received += static_cast<int64_t>(response->ByteSizeLong());
-  if (response->results_size() != 1) {
-    Degrade(absl::InternalError(absl::StrCat("entrokv: a step response with ",
-                                             response->results_size(),
-                                             " results")));
+  absl::Status read =
+      stream_->Next(pending.sent + options_.step_deadline, &answer_);
+  if (!read.ok()) return FailedAnswer(pending, read);
+  counters_.bytes_received += static_cast<int64_t>(answer_.ByteSizeLong());
+  if (answer_.results_size() != 1) {
+    Degrade(absl::InternalError(absl::StrCat(
+        "entrokv: a step response with ", answer_.results_size(), " results")));
     return Fallback(pending, Cause::kUnavailable);
   }
-  return Finish(pending, response->results(0));
+  return Finish(pending, answer_.results(0));
 }
 
 absl::StatusOr<StepOutcome> Session::Impl::Finish(

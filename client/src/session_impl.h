@@ -8,7 +8,6 @@
 #define ENTROKV_CLIENT_SRC_SESSION_IMPL_H_
 
 #include <cstdint>
-#include <deque>
 #include <memory>
 #include <optional>
 #include <random>
@@ -36,9 +35,13 @@ struct BatchMessage {
   bool sent = false;
   int steps = 0;                          // Steps in it, once sent.
   absl::Time until = absl::InfinitePast();  // Its deadline, once sent.
-  // Its answer, once read; an error when the stream ended, the deadline
-  // passed, or the batch went first.
-  std::optional<absl::StatusOr<v1::DecodeResponse>> response;
+  // Set once its answer was read (OK), or once it failed: the stream
+  // ended, the deadline passed, or the batch went first.
+  std::optional<absl::Status> outcome;
+  // Its answer, when `outcome` is OK. The batch recycles a message that no
+  // session holds any more, and the next answer is parsed into the memory
+  // of this one (fields other than this are reset).
+  v1::DecodeResponse response;
 };
 
 // What a session of a DecodeBatch needs of its batch (client.cc's
@@ -233,7 +236,12 @@ class Session::Impl {
   absl::Status sketcher_status_;
   std::vector<float> scratch_in_, scratch_out_;
   LiveSet live_;
-  std::deque<Pending> in_flight_;
+  // Oldest first; at most two (StepAsync refuses a third), held inline, so
+  // that a step allocates no node for its record.
+  absl::InlinedVector<Pending, 2> in_flight_;
+  // The last answer read on the session's own stream; each read parses into
+  // its memory.
+  v1::DecodeResponse answer_;
   bool degraded_ = false;
   absl::Status degraded_reason_;
   // Created offline and never online since: local steps count as

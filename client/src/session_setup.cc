@@ -68,14 +68,15 @@ absl::Status AttachOn(DecodeStream* stream, const std::string& id,
   auto attach = std::make_unique<v1::DecodeRequest>();
   attach->add_attach(id);
   stream->Send(std::move(attach), deadline);
-  absl::StatusOr<v1::DecodeResponse> response = stream->Next(deadline);
-  if (!response.ok()) return response.status();
-  if (response->attach_results_size() != 1) {
+  v1::DecodeResponse response;
+  absl::Status read = stream->Next(deadline, &response);
+  if (!read.ok()) return read;
+  if (response.attach_results_size() != 1) {
     return absl::InternalError(absl::StrCat("entrokv: attach answered with ",
-                                            response->attach_results_size(),
+                                            response.attach_results_size(),
                                             " results"));
   }
-  return FromProto(response->attach_results(0).status());
+  return FromProto(response.attach_results(0).status());
 }
 
 }  // namespace entrokv::client_internal
