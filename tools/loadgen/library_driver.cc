@@ -196,27 +196,27 @@ class BatchRunner final : public Runner {
     return slots;
   }
 
-  StepRequest Request(const std::vector<uint64_t>& slots,
-                      const std::string& keys, const std::string& query,
-                      double entropy) const {
+  StepRequest Request(absl::Span<const uint64_t> slots, const std::string& keys,
+                      const std::string& query, double entropy) const {
     return MakeStepRequest(shared_->options.config.shape.element_type, slots,
                            keys, query, entropy);
   }
 
   void Decode(ModeStats* stats) {
-    std::vector<std::vector<uint64_t>> slots;
-    std::vector<const PoolStep*> picks;
+    // Each session's new slot, and the steps, in members: an engine keeps
+    // its own per-step bookkeeping out of the CPU it shares with the
+    // server, and so does this one.
+    step_slots_.resize(data_.size());
+    std::vector<BatchStep>& steps = steps_;
+    steps.clear();
     for (size_t i = 0; i < data_.size(); ++i) {
-      picks.push_back(&data_[i].pool[pool_index_ % data_[i].pool.size()]);
-      slots.push_back(Slots(i, 1));
+      const PoolStep& pick = data_[i].pool[pool_index_ % data_[i].pool.size()];
+      step_slots_[i] = kSlotBase + next_slot_[i]++;
+      steps.push_back(
+          {sessions_[i].get(), Request(absl::MakeConstSpan(&step_slots_[i], 1),
+                                       pick.key, pick.query, pick.entropy)});
     }
     ++pool_index_;
-    std::vector<BatchStep> steps;
-    for (size_t i = 0; i < data_.size(); ++i) {
-      steps.push_back(
-          {sessions_[i].get(), Request(slots[i], picks[i]->key, picks[i]->query,
-                                       picks[i]->entropy)});
-    }
     const absl::Time start = absl::Now();
     const std::string& calls = shared_->options.batch_calls;
     if (calls == "batch") {
@@ -314,6 +314,9 @@ class BatchRunner final : public Runner {
   std::unique_ptr<DecodeBatch> batch_;
   std::vector<std::unique_ptr<Session>> sessions_;
   std::vector<uint64_t> next_slot_;
+  // Decode()'s: this step's slot of each session, and the steps.
+  std::vector<uint64_t> step_slots_;
+  std::vector<BatchStep> steps_;
   // Each session's counters when its bytes were last counted.
   std::vector<SessionCounters> counted_;
   // A message sent by StepAsync and not yet collected (--batch_calls=session
