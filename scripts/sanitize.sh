@@ -52,7 +52,7 @@ targets=(
   entrokv_loadgen_tests
   entrokv_security_tests entrokv_flags_tests
   entrokv-server entrokv_loadgen
-  entrokv_client_tests entrokv_minimal_engine
+  entrokv_client_tests entrokv_client_alloc_test entrokv_minimal_engine
   entrokv_fuzz_replay
 )
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
