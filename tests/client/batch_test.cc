@@ -25,11 +25,8 @@ class DecodeBatchTest : public ::testing::TestWithParam<StreamApi> {
   void SetUp() override {
     server_ = StartTestServer();
     ASSERT_NE(server_, nullptr);
-    ClientOptions options;
-    options.target = server_->targets()[0];
-    auto client = Client::Connect(options);
-    ASSERT_TRUE(client.ok());
-    client_ = *std::move(client);
+    client_ = ConnectTo(*server_);
+    ASSERT_NE(client_, nullptr);
   }
   std::unique_ptr<server::Server> server_;
   std::unique_ptr<Client> client_;

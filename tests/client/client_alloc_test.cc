@@ -94,11 +94,8 @@ class ClientAllocTest : public ::testing::Test {
   void SetUp() override {
     server_ = StartTestServer();
     ASSERT_NE(server_, nullptr);
-    ClientOptions options;
-    options.target = server_->targets()[0];
-    auto client = Client::Connect(options);
-    ASSERT_TRUE(client.ok()) << client.status();
-    client_ = *std::move(client);
+    client_ = ConnectTo(*server_);
+    ASSERT_NE(client_, nullptr);
     batch_ = client_->CreateBatch(StreamApi::kSync);
     for (int i = 0; i < kSessions; ++i) {
       // A budget no story reaches: no step evicts, so no outcome carries

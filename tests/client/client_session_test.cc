@@ -39,9 +39,8 @@ class ClientSessionTest : public ::testing::TestWithParam<StreamApi> {
   void SetUp() override {
     server_ = testing::StartTestServer();
     ASSERT_NE(server_, nullptr);
-    ClientOptions options;
-    options.target = server_->targets()[0];
-    ASSERT_OK_AND_ASSIGN(client_, Client::Connect(options));
+    client_ = testing::ConnectTo(*server_);
+    ASSERT_NE(client_, nullptr);
   }
 
   SessionOptions Options() const {

@@ -142,6 +142,16 @@ inline std::unique_ptr<server::Server> StartTestServer() {
   return StartTestServer(TestServerOptions());
 }
 
+// A client of `server` (its first target) with default options; null, after
+// a failed expectation, when it cannot connect.
+inline std::unique_ptr<Client> ConnectTo(const server::Server& server) {
+  ClientOptions options;
+  options.target = server.targets()[0];
+  auto client = Client::Connect(options);
+  EXPECT_TRUE(client.ok()) << client.status();
+  return client.ok() ? *std::move(client) : nullptr;
+}
+
 }  // namespace entrokv::testing
 
 #endif  // ENTROKV_TESTS_CLIENT_CLIENT_TEST_UTIL_H_

@@ -332,9 +332,8 @@ class TierServerTest : public ::testing::Test {
   void SetUp() override {
     server_ = testing::StartTestServer();
     ASSERT_NE(server_, nullptr);
-    ClientOptions options;
-    options.target = server_->targets()[0];
-    ASSERT_OK_AND_ASSIGN(client_, Client::Connect(options));
+    client_ = testing::ConnectTo(*server_);
+    ASSERT_NE(client_, nullptr);
   }
 
   static SessionConfig Config() {
