@@ -4,12 +4,13 @@
 // the rest of the batch as it would be alone.
 
 #include <memory>
-#include <tuple>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 #include "entrokv/core/backend.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -30,18 +31,15 @@ class ParallelBatchTest : public ServerTest {
     std::unique_ptr<SessionState> reference;
   };
 
-  void RunBatches(int workers) {
-    ServerOptions options = TestServerOptions();
-    options.step_workers = workers;
-    StartServer(options);
+  // `count` sessions of assorted policies, attached to `stream`, each with
+  // its in-process reference.
+  void MakeLanes(int count, DecodeStream* stream, std::vector<Lane>* lanes) {
     ASSERT_OK_AND_ASSIGN(std::unique_ptr<Backend> backend,
                          CreateBackend(BackendKind::kCpu));
     const std::vector<std::pair<Ranking, BudgetControl>> policies =
         AllPolicies();
-    constexpr int kSessions = 12;
-    std::vector<Lane> lanes(kSessions);
-    DecodeStream stream(stub_.get());
-    for (int s = 0; s < kSessions; ++s) {
+    lanes->resize(count);
+    for (int s = 0; s < count; ++s) {
       SessionConfig config;
       config.shape = SmallShape();
       config.budget = 10 + s;
@@ -50,13 +48,49 @@ class ParallelBatchTest : public ServerTest {
       config.placement = Placement::kCpu;
       ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse created,
                            CreateSession(stub_.get(), ToWireConfig(config)));
-      lanes[s].id = created.session_id();
-      lanes[s].source = std::make_unique<WireStepSource>(
-          config.shape, /*seed=*/100 + s, lanes[s].id, /*prefill=*/8);
-      ASSERT_OK_AND_ASSIGN(lanes[s].reference,
+      Lane& lane = (*lanes)[s];
+      lane.id = created.session_id();
+      lane.source = std::make_unique<WireStepSource>(
+          config.shape, /*seed=*/100 + s, lane.id, /*prefill=*/8);
+      ASSERT_OK_AND_ASSIGN(lane.reference,
                            backend->CreateSession(config, SessionLimits{}));
-      ASSERT_OK(stream.Attach(lanes[s].id));
+      ASSERT_OK(stream->Attach(lane.id));
     }
+  }
+
+  // Each session's next step, in one message.
+  static v1::DecodeRequest NextOfEach(std::vector<Lane>& lanes) {
+    v1::DecodeRequest request;
+    for (Lane& lane : lanes) *request.add_steps() = lane.source->Next();
+    return request;
+  }
+
+  // `response` answers `request` (step i of lanes[i]) as core does.
+  static void ExpectAsCore(const v1::DecodeRequest& request,
+                           const v1::DecodeResponse& response,
+                           std::vector<Lane>& lanes) {
+    ASSERT_EQ(response.results_size(), request.steps_size());
+    for (int i = 0; i < request.steps_size(); ++i) {
+      const v1::SessionStepResult& got = response.results(i);
+      ASSERT_EQ(got.session_id(), request.steps(i).session_id()) << i;
+      ASSERT_EQ(got.step(), request.steps(i).step()) << i;
+      ASSERT_EQ(got.status().code(), 0) << i << ": " << got.status().message();
+      CoreStep core = ToCoreStep(request.steps(i));
+      StepResult want;
+      ASSERT_OK(lanes[i].reference->Step(core.input, &want));
+      ASSERT_THAT(got.evicted(), ElementsAreArray(want.evicted)) << i;
+      ASSERT_EQ(got.live(), want.live) << i;
+    }
+  }
+
+  void RunBatches(int workers) {
+    ServerOptions options = TestServerOptions();
+    options.step_workers = workers;
+    StartServer(options);
+    constexpr int kSessions = 12;
+    std::vector<Lane> lanes;
+    DecodeStream stream(stub_.get());
+    ASSERT_NO_FATAL_FAILURE(MakeLanes(kSessions, &stream, &lanes));
     int64_t evicted = 0;
     for (int round = 0; round < 30; ++round) {
       SCOPED_TRACE(absl::StrCat("round ", round));
@@ -150,6 +184,73 @@ TEST_F(ParallelBatchTest, ADetachedSessionIsFreedWithoutAnotherMessage) {
                        other.Step(source_b.Next()));
   EXPECT_EQ(got.status().code(), 0) << got.status().message();
   EXPECT_EQ(got.live(), 16);
+}
+
+// Three messages sent before any answer is read (as a pipelining engine
+// sends them) are each answered in order, as core decides.
+TEST_F(ParallelBatchTest, MessagesSentAheadAreAnsweredInOrder) {
+  ServerOptions options = TestServerOptions();
+  options.step_workers = 2;
+  StartServer(options);
+  std::vector<Lane> lanes;
+  DecodeStream stream(stub_.get());
+  ASSERT_NO_FATAL_FAILURE(MakeLanes(24, &stream, &lanes));
+  for (int round = 0; round < 10; ++round) {
+    std::vector<v1::DecodeRequest> sent;
+    for (int m = 0; m < 3; ++m) {
+      sent.push_back(NextOfEach(lanes));
+      ASSERT_TRUE(stream.Write(sent.back()));
+    }
+    for (const v1::DecodeRequest& request : sent) {
+      v1::DecodeResponse response;
+      ASSERT_TRUE(stream.Read(&response));
+      ASSERT_NO_FATAL_FAILURE(ExpectAsCore(request, response, lanes));
+    }
+  }
+  EXPECT_OK(stream.Close());
+}
+
+// A client that half-closes right after sending a batch still gets the
+// answer, and then the stream's OK end.
+TEST_F(ParallelBatchTest, AHalfCloseAfterABatchStillGetsItsAnswer) {
+  ServerOptions options = TestServerOptions();
+  options.step_workers = 2;
+  StartServer(options);
+  std::vector<Lane> lanes;
+  DecodeStream stream(stub_.get());
+  ASSERT_NO_FATAL_FAILURE(MakeLanes(32, &stream, &lanes));
+  const v1::DecodeRequest request = NextOfEach(lanes);
+  ASSERT_TRUE(stream.Write(request));
+  ASSERT_TRUE(stream.WritesDone());
+  v1::DecodeResponse response;
+  ASSERT_TRUE(stream.Read(&response));
+  ASSERT_NO_FATAL_FAILURE(ExpectAsCore(request, response, lanes));
+  EXPECT_FALSE(stream.Read(&response));
+  EXPECT_OK(stream.Finish());
+}
+
+// A client that goes away with batches in flight: the server lets its
+// sessions go once their steps are done, and goes on serving.
+TEST_F(ParallelBatchTest, ACancelWithBatchesInFlightReleasesItsSessions) {
+  ServerOptions options = TestServerOptions();
+  options.step_workers = 2;
+  StartServer(options);
+  std::vector<Lane> lanes;
+  {
+    DecodeStream stream(stub_.get());
+    ASSERT_NO_FATAL_FAILURE(MakeLanes(32, &stream, &lanes));
+    for (int m = 0; m < 3; ++m) ASSERT_TRUE(stream.Write(NextOfEach(lanes)));
+    stream.Cancel();
+  }
+  // The sessions are released once the cancelled stream's handler is gone.
+  DecodeStream next(stub_.get());
+  absl::Status attached;
+  for (int attempt = 0; attempt < 500; ++attempt) {
+    attached = next.Attach(lanes[0].id);
+    if (attached.ok()) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  EXPECT_OK(attached);
 }
 
 }  // namespace

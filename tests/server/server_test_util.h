@@ -107,6 +107,14 @@ class DecodeStream {
   // Breaks the stream as a crashed client would.
   void Cancel() { context_.TryCancel(); }
 
+  // The stream's own operations, for messages in flight together.
+  bool Write(const v1::DecodeRequest& request) {
+    return stream_->Write(request);
+  }
+  bool Read(v1::DecodeResponse* response) { return stream_->Read(response); }
+  bool WritesDone() { return stream_->WritesDone(); }
+  absl::Status Finish() { return EndStatus(); }  // After WritesDone().
+
   // Half-closes and returns the server's final status.
   absl::Status Close() {
     if (finished_) return final_status_;
