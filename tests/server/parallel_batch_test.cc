@@ -83,10 +83,14 @@ class ParallelBatchTest : public ServerTest {
     }
   }
 
-  void RunBatches(int workers) {
+  void StartServerWithWorkers(int workers) {
     ServerOptions options = TestServerOptions();
     options.step_workers = workers;
     StartServer(options);
+  }
+
+  void RunBatches(int workers) {
+    StartServerWithWorkers(workers);
     constexpr int kSessions = 12;
     std::vector<Lane> lanes;
     DecodeStream stream(stub_.get());
@@ -189,9 +193,7 @@ TEST_F(ParallelBatchTest, ADetachedSessionIsFreedWithoutAnotherMessage) {
 // Three messages sent before any answer is read (as a pipelining engine
 // sends them) are each answered in order, as core decides.
 TEST_F(ParallelBatchTest, MessagesSentAheadAreAnsweredInOrder) {
-  ServerOptions options = TestServerOptions();
-  options.step_workers = 2;
-  StartServer(options);
+  StartServerWithWorkers(2);
   std::vector<Lane> lanes;
   DecodeStream stream(stub_.get());
   ASSERT_NO_FATAL_FAILURE(MakeLanes(24, &stream, &lanes));
@@ -213,9 +215,7 @@ TEST_F(ParallelBatchTest, MessagesSentAheadAreAnsweredInOrder) {
 // A client that half-closes right after sending a batch still gets the
 // answer, and then the stream's OK end.
 TEST_F(ParallelBatchTest, AHalfCloseAfterABatchStillGetsItsAnswer) {
-  ServerOptions options = TestServerOptions();
-  options.step_workers = 2;
-  StartServer(options);
+  StartServerWithWorkers(2);
   std::vector<Lane> lanes;
   DecodeStream stream(stub_.get());
   ASSERT_NO_FATAL_FAILURE(MakeLanes(32, &stream, &lanes));
@@ -232,9 +232,7 @@ TEST_F(ParallelBatchTest, AHalfCloseAfterABatchStillGetsItsAnswer) {
 // A client that goes away with batches in flight: the server lets its
 // sessions go once their steps are done, and goes on serving.
 TEST_F(ParallelBatchTest, ACancelWithBatchesInFlightReleasesItsSessions) {
-  ServerOptions options = TestServerOptions();
-  options.step_workers = 2;
-  StartServer(options);
+  StartServerWithWorkers(2);
   std::vector<Lane> lanes;
   {
     DecodeStream stream(stub_.get());
