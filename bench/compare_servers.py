@@ -21,6 +21,13 @@ Usage (docs/performance.md):
       --server before=/tmp/old/entrokv-server \\
       --server "after=build/server/entrokv-server --poll_threads=1" \\
       --cases 1s,8s,b64 --reps 3
+
+To compare client libraries (the engine's side) instead, name several load
+generators, NAME=PATH; every server then runs with each of them, and a row
+is named SERVER+LOADGEN:
+  bench/compare_servers.py --loadgen old=/tmp/old/entrokv-loadgen \\
+      --loadgen new=build/tools/loadgen/entrokv-loadgen \\
+      --server now=build/server/entrokv-server --cases b64 --reps 6
 """
 import argparse
 import json
@@ -115,10 +122,30 @@ def summary(rows, cases, names):
     return lines
 
 
+def load_generators(specs):
+    """(name, path) for each --loadgen: NAME=PATH, or one plain PATH."""
+    if len(specs) == 1 and "=" not in specs[0]:
+        return [("", specs[0])]
+    named = []
+    for spec in specs:
+        name, _, path = spec.partition("=")
+        if not name or not path:
+            raise ValueError(f"--loadgen {spec!r}: expected NAME=PATH when "
+                             "more than one is given")
+        named.append((name, path))
+    return named
+
+
+def label(server, loadgen):
+    """A row's name: the server's, and the load generator's when named."""
+    return f"{server}+{loadgen}" if loadgen else server
+
+
 def main():
     parser = argparse.ArgumentParser(
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--loadgen", required=True)
+    parser.add_argument("--loadgen", action="append", required=True,
+                        help="PATH, or NAME=PATH (repeatable)")
     parser.add_argument("--server", action="append", required=True,
                         help="NAME=COMMAND (the binary and its flags)")
     parser.add_argument("--cases", default="1s,8s,b64")
@@ -132,6 +159,10 @@ def main():
         if not command:
             parser.error(f"--server {spec!r}: expected NAME=COMMAND")
         servers.append((name, shlex.split(command)))
+    try:
+        loadgens = load_generators(args.loadgen)
+    except ValueError as error:
+        parser.error(str(error))
     cases = args.cases.split(",")
     for case in cases:
         if case not in CASES:
@@ -141,13 +172,17 @@ def main():
         for rep in range(args.reps):
             for case in cases:
                 for name, command in servers:
-                    row = run_once(args.loadgen, command, CASES[case],
-                                   args.loadgen_flag, directory)
-                    row.update(server=name, case=case, rep=rep)
-                    rows.append(row)
-                    print(json.dumps(row), flush=True)
+                    for loadgen, path in loadgens:
+                        row = run_once(path, command, CASES[case],
+                                       args.loadgen_flag, directory)
+                        row.update(server=label(name, loadgen), case=case,
+                                   rep=rep)
+                        rows.append(row)
+                        print(json.dumps(row), flush=True)
     print(f"\nmedians of {args.reps} runs")
-    for line in summary(rows, cases, [name for name, _ in servers]):
+    names = [label(name, loadgen) for name, _ in servers
+             for loadgen, _ in loadgens]
+    for line in summary(rows, cases, names):
         print(line)
     return 0
 

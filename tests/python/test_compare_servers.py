@@ -57,3 +57,26 @@ def test_overhead_is_the_median_of_each_runs_ratio():
                               (400.0, 20.0, 200.0))])
     assert fields["overhead"] == "1.90"
     assert fields["outside_compute_us"] == "4.0"
+
+
+def test_one_plain_loadgen_names_rows_by_server_alone():
+    assert compare_servers.load_generators(["/x/entrokv-loadgen"]) == [
+        ("", "/x/entrokv-loadgen")]
+    assert compare_servers.label("now", "") == "now"
+
+
+def test_named_loadgens_name_rows_by_server_and_loadgen():
+    assert compare_servers.load_generators(["old=/a", "new=/b"]) == [
+        ("old", "/a"), ("new", "/b")]
+    assert compare_servers.label("now", "old") == "now+old"
+
+
+def test_several_loadgens_must_each_be_named():
+    for specs in (["/a", "new=/b"], ["old=/a", "=/b"], ["old="]):
+        try:
+            compare_servers.load_generators(specs)
+        except ValueError as error:
+            assert "NAME=PATH" in str(error)
+        else:
+            raise AssertionError(f"{specs} was accepted")
+
