@@ -2,88 +2,22 @@
 // DecodeBatch is warm: its requests are built in the memory of the last
 // one written, its answers parsed into the memory of an earlier answer, and
 // a step's record is held inline. What is left is gRPC's own, per message.
-// A binary of its own, because it replaces operator new.
+// A binary of its own, because it replaces operator new
+// (testing/count_allocations.h).
 
-#include <atomic>
-#include <cstddef>
 #include <cstdint>
 #include <cstdio>
-#include <cstdlib>
 #include <memory>
-#include <new>
 #include <vector>
 
 #include "client_test_util.h"
 #include "entrokv/client/batch.h"
 #include "entrokv/client/client.h"
 #include "gtest/gtest.h"
-
-// The replacements below pair operator new with free(), which GCC cannot
-// tell from a mismatch at the sites it inlines.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-namespace {
-
-// Only the test's own thread counts: the server in process, and gRPC's
-// threads, allocate on theirs.
-thread_local bool t_counting = false;
-std::atomic<int64_t> g_allocations{0};
-
-}  // namespace
-
-// Every form gRPC may call, so that what one form allocates another may
-// free (a sanitizer build checks that they match).
-void* operator new(std::size_t size) {
-  if (t_counting) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size) { return operator new(size); }
-void* operator new(std::size_t size, std::align_val_t align) {
-  if (t_counting) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  const std::size_t a = static_cast<std::size_t>(align);
-  if (void* p = std::aligned_alloc(a, (size + a - 1) / a * a)) return p;
-  throw std::bad_alloc();
-}
-void* operator new[](std::size_t size, std::align_val_t align) {
-  return operator new(size, align);
-}
-void* operator new(std::size_t size, const std::nothrow_t&) noexcept {
-  if (t_counting) g_allocations.fetch_add(1, std::memory_order_relaxed);
-  return std::malloc(size == 0 ? 1 : size);
-}
-void* operator new[](std::size_t size, const std::nothrow_t& n) noexcept {
-  return operator new(size, n);
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, const std::nothrow_t&) noexcept { std::free(p); }
-void operator delete[](void* p, const std::nothrow_t&) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t) noexcept { std::free(p); }
-void operator delete(void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
-void operator delete[](void* p, std::align_val_t) noexcept { std::free(p); }
-void operator delete[](void* p, std::size_t, std::align_val_t) noexcept {
-  std::free(p);
-}
+#include "testing/count_allocations.h"
 
 namespace entrokv::testing {
 namespace {
-
-// Calls of operator new on this thread while `run` runs.
-template <typename Run>
-int64_t AllocationsIn(Run run) {
-  const int64_t before = g_allocations.load();
-  t_counting = true;
-  run();
-  t_counting = false;
-  return g_allocations.load() - before;
-}
 
 class ClientAllocTest : public ::testing::Test {
  protected:
@@ -152,7 +86,8 @@ TEST_F(ClientAllocTest, AWarmBatchAllocatesLessThanOncePerSessionStep) {
   EXPECT_LT(per_message, kSessions);
 }
 
-TEST_F(ClientAllocTest, AWarmBatchOfPerSessionCallsAllocatesLikeOneStepCall) {
+TEST_F(ClientAllocTest,
+       AWarmBatchOfGatheredCallsAllocatesLessThanOncePerSessionStep) {
   size_t t = 0;
   for (; t < 1 + kWarm; ++t) StepAll(t);
   const int64_t allocations = AllocationsIn([&] {

@@ -2,14 +2,11 @@
 // reads every message as a fresh parse would, and allocates nothing once a
 // stream's messages keep their shape. The same for the client library's
 // message building into a request emptied by proto_convert::ClearForReuse.
-// A binary of its own, because it counts the process's calls to operator
-// new.
+// A binary of its own, because it counts calls to operator new
+// (testing/count_allocations.h).
 
-#include <atomic>
 #include <cstddef>
 #include <cstdint>
-#include <cstdlib>
-#include <new>
 #include <string>
 #include <vector>
 
@@ -20,27 +17,7 @@
 #include "gtest/gtest.h"
 #include "proto/convert/message_reuse.h"
 #include "server/raw_messages.h"
-
-// The replacements below pair operator new with free(), which GCC cannot
-// tell from a mismatch at the sites it inlines.
-#pragma GCC diagnostic ignored "-Wmismatched-new-delete"
-
-namespace {
-
-std::atomic<bool> g_counting{false};
-std::atomic<int64_t> g_allocations{0};
-
-}  // namespace
-
-void* operator new(std::size_t size) {
-  if (g_counting.load(std::memory_order_relaxed)) {
-    g_allocations.fetch_add(1, std::memory_order_relaxed);
-  }
-  if (void* p = std::malloc(size == 0 ? 1 : size)) return p;
-  throw std::bad_alloc();
-}
-void operator delete(void* p) noexcept { std::free(p); }
-void operator delete(void* p, std::size_t) noexcept { std::free(p); }
+#include "testing/count_allocations.h"
 
 namespace entrokv::server {
 namespace {
@@ -135,24 +112,22 @@ TEST(ParseReuseTest, AWarmStreamParsesWithoutAllocating) {
   v1::DecodeRequest reused;
   ASSERT_TRUE(ParseReusing(&bytes1, &reused).ok());
   ASSERT_TRUE(ParseReusing(&bytes2, &reused).ok());
-  g_allocations = 0;
-  g_counting = true;
-  const absl::Status status = ParseReusing(&bytes1, &reused);
-  g_counting = false;
+  absl::Status status;
+  const int64_t allocations = ::entrokv::testing::AllocationsIn(
+      [&] { status = ParseReusing(&bytes1, &reused); });
   ASSERT_TRUE(status.ok());
-  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(allocations, 0);
   EXPECT_EQ(reused.SerializeAsString(), first);
 
   // Protobuf's own parse into a reused message (ParseMessage) allocates
   // each step's Append and its fields again: the cost this removes.
   v1::DecodeRequest plain;
   ASSERT_TRUE(ParseMessage(&bytes2, &plain).ok());
-  g_allocations = 0;
-  g_counting = true;
-  const absl::Status plain_status = ParseMessage(&bytes1, &plain);
-  g_counting = false;
+  absl::Status plain_status;
+  const int64_t plain_allocations = ::entrokv::testing::AllocationsIn(
+      [&] { plain_status = ParseMessage(&bytes1, &plain); });
   ASSERT_TRUE(plain_status.ok());
-  EXPECT_GE(g_allocations.load(), 3 * kSteps);
+  EXPECT_GE(plain_allocations, 3 * kSteps);
 }
 
 TEST(ParseReuseTest, ABigMessageIsNotHeldForSmallOnes) {
@@ -235,12 +210,11 @@ TEST(ClearForReuseTest, AWarmRequestIsBuiltWithoutAllocatingAndAsAFreshOne) {
   EXPECT_EQ(reused.steps_size(), 0);
   BuildLikeTheClient(kSteps, 8192, 32768, 2, &reused);
   const size_t budget = reused.ByteSizeLong();
-  g_allocations = 0;
-  g_counting = true;
-  proto_convert::ClearForReuse(budget, &reused);
-  BuildLikeTheClient(kSteps, 8192, 32768, 3, &reused);
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(::entrokv::testing::AllocationsIn([&] {
+              proto_convert::ClearForReuse(budget, &reused);
+              BuildLikeTheClient(kSteps, 8192, 32768, 3, &reused);
+            }),
+            0);
   EXPECT_EQ(reused.SerializeAsString(),
             Batch(kSteps, 1, 8192, 32768, 3).SerializeAsString());
 
@@ -280,14 +254,13 @@ TEST(ClearForReuseTest, APrefillChunkIsNotKeptForTheDecodeStepsAfterIt) {
     proto_convert::ClearForReuse(reused.ByteSizeLong(), &reused);
     BuildLikeTheClient(kSteps, 1024, 256, seed, &reused);
   }
-  g_allocations = 0;
-  g_counting = true;
-  for (int seed = 4; seed < 8; ++seed) {
-    proto_convert::ClearForReuse(reused.ByteSizeLong(), &reused);
-    BuildLikeTheClient(kSteps, 1024, 256, seed, &reused);
-  }
-  g_counting = false;
-  EXPECT_EQ(g_allocations.load(), 0);
+  EXPECT_EQ(::entrokv::testing::AllocationsIn([&] {
+              for (int seed = 4; seed < 8; ++seed) {
+                proto_convert::ClearForReuse(reused.ByteSizeLong(), &reused);
+                BuildLikeTheClient(kSteps, 1024, 256, seed, &reused);
+              }
+            }),
+            0);
   EXPECT_EQ(reused.SerializeAsString(),
             Batch(kSteps, 1, 1024, 256, 7).SerializeAsString());
 }
