@@ -524,10 +524,9 @@ std::vector<absl::StatusOr<StepOutcome>> DecodeBatchImpl::Step(
   // message.
   SendGathered();
   std::vector<bool> gathered(steps.size(), false);
-  // A member, so that it keeps its capacity (it grows seven times for 64
-  // sessions). Only this loop uses it: it calls no engine code.
-  absl::flat_hash_set<const Session*>& seen = step_seen_;
-  seen.clear();
+  // step_seen_ is a member, so that it keeps its capacity (it grows seven
+  // times for 64 sessions). Only this loop uses it: it calls no engine code.
+  step_seen_.clear();
   for (size_t i = 0; i < steps.size(); ++i) {
     Session* session = steps[i].session;
     if (session == nullptr || session->impl()->batch() != this) {
@@ -535,7 +534,7 @@ std::vector<absl::StatusOr<StepOutcome>> DecodeBatchImpl::Step(
           "steps[", i, "].session: not a session of this DecodeBatch"));
       continue;
     }
-    if (!seen.insert(session).second) {
+    if (!step_seen_.insert(session).second) {
       out[i] = absl::InvalidArgumentError(
           absl::StrCat("steps[", i, "].session: appears twice in the batch"));
       continue;

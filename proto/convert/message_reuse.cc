@@ -37,8 +37,8 @@ void ClearKeepingAppend(v1::SessionStep* step, size_t* budget) {
   const bool big_keys =
       Oversized(append->keys().capacity(), append->keys().size());
   const bool big_slots =
-      Oversized(static_cast<size_t>(append->slot_ids().Capacity()) * 8,
-                static_cast<size_t>(append->slot_ids_size()) * 8);
+      Oversized(append->slot_ids().Capacity() * sizeof(uint64_t),
+                append->slot_ids_size() * sizeof(uint64_t));
   const bool big_pinned =
       Oversized(static_cast<size_t>(append->pinned().Capacity()),
                 static_cast<size_t>(append->pinned_size()));

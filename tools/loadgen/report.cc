@@ -34,14 +34,13 @@ Summary Summarize(ModeStats& stats, int batch) {
   s.latency = ComputePercentiles(&stats.latency_ns);
   s.server = ComputePercentiles(&stats.server_ns);
   if (s.count > 0) {
-    s.evicted_per_step = double(stats.evicted) / (double(s.count) * batch);
+    const double steps = double(s.count) * batch;  // Answered.
+    s.evicted_per_step = double(stats.evicted) / steps;
     if (stats.server_sampled && stats.server_unsampled_phases == 0) {
-      const double steps = double(s.count) * batch;
       s.server_cpu_us = stats.server_cpu_seconds * 1e6 / steps;
       s.context_switches = double(stats.server_context_switches) / steps;
     }
-    s.loadgen_cpu_us =
-        stats.loadgen_cpu_seconds * 1e6 / (double(s.count) * batch);
+    s.loadgen_cpu_us = stats.loadgen_cpu_seconds * 1e6 / steps;
   }
   return s;
 }
