@@ -2,7 +2,8 @@
 //
 // Parses flags, starts the server, waits for SIGTERM or SIGINT, then drains
 // (health NOT_SERVING, open streams may finish until --drain_timeout) and
-// exits 0.
+// exits 0. A bad command line exits 2; valid flags the machine refuses (an
+// address it cannot bind, a file it cannot read) exit 1.
 
 #include <pthread.h>
 #include <signal.h>
@@ -13,8 +14,9 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/synchronization/mutex.h"
+#include "absl/status/status.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/flags.h"
 #include "common/logging.h"
@@ -232,7 +234,11 @@ int main(int argc, char** argv) {
       entrokv::server::Server::Start(options);
   if (!server.ok()) {
     spdlog::critical("cannot start: {}", server.status().ToString());
-    return 1;
+    // A value the server rejects on its face (out of range, flags that
+    // contradict each other) is a bad command line, as an unparseable one
+    // is: 2. Valid flags that this machine refuses (an address it cannot
+    // bind, a file it cannot read, a group that does not exist): 1.
+    return server.status().code() == absl::StatusCode::kInvalidArgument ? 2 : 1;
   }
 
   int signal_number = 0;

@@ -7,6 +7,7 @@
 
 #include <cstdio>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,8 @@ struct Binary {
   std::vector<const char*> groups;  // Topics of --help, in order.
   std::vector<const char*> flags;
   const char* bool_flag;  // One of its boolean flags.
+  // Values that parse but that the program refuses, and what it says.
+  std::vector<std::pair<const char*, const char*>> rejected;
 };
 
 class HelpTest : public ::testing::TestWithParam<Binary> {
@@ -120,7 +123,11 @@ TEST_P(HelpTest, BadInputExitsTwoWithAMessage) {
       {"positional", "unexpected argument 'positional'"},
       {"--log_level=verbose", "--log_level: unknown level \"verbose\""},
   };
-  for (const Case& c : cases) {
+  std::vector<Case> all = cases;
+  for (const auto& [args, message] : GetParam().rejected) {
+    all.push_back({args, message});
+  }
+  for (const Case& c : all) {
     const std::string text = Run(c.args);
     EXPECT_EQ(status_, 2) << c.args << "\n" << text;
     EXPECT_THAT(text, HasSubstr(c.message)) << c.args;
@@ -148,24 +155,31 @@ std::vector<Binary> Binaries() {
        {"--listen", "--health_listen", "--tls_cert", "--tls_client_ca",
         "--auth_token_file", "--allow_insecure_tcp", "--socket_mode",
         "--log_format", "--max_sessions"},
-       "gpu"},
+       "gpu",
+       {{"--poll_threads=0", "poll_threads: must be in [1, 1024]"},
+        {"--listen=127.0.0.1:99999", "needs a decimal port in [0, 65535]"},
+        {"--tls_cert=/nonexistent", "tls_cert and tls_key: give both"}}},
   };
 #ifdef ENTROKV_LOADGEN_BINARY
-  binaries.push_back({ENTROKV_LOADGEN_BINARY,
-                      "entrokv-loadgen",
-                      {"Server", "Load", "Session shape and policy",
-                       "Deadlines", "Output"},
-                      {"--target", "--sessions", "--duration"},
-                      "json"});
+  binaries.push_back(
+      {ENTROKV_LOADGEN_BINARY,
+       "entrokv-loadgen",
+       {"Server", "Load", "Session shape and policy", "Deadlines", "Output"},
+       {"--target", "--sessions", "--duration"},
+       "json",
+       {{"--sessions=0", "--sessions 0: must be at least 1"},
+        {"--prefill=-1", "--prefill -1: must be at least 0"},
+        {"--rate=-5", "--rate -5: must be a finite number"}}});
 #endif
 #ifdef ENTROKV_EVAL_BINARY
-  binaries.push_back({ENTROKV_EVAL_BINARY,
-                      "entrokv-eval",
-                      {"Decider", "Data", "Protocol (the default run)",
-                       "Sweep and fidelity", "Policies and scoring variant",
-                       "Output"},
-                      {"--inprocess", "--budgets"},
-                      "plot"});
+  binaries.push_back(
+      {ENTROKV_EVAL_BINARY,
+       "entrokv-eval",
+       {"Decider", "Data", "Protocol (the default run)", "Sweep and fidelity",
+        "Policies and scoring variant", "Output"},
+       {"--inprocess", "--budgets"},
+       "plot",
+       {{"--budgets=-5", "--budgets: '-5' is not a positive"}}});
 #endif
   return binaries;
 }

@@ -1,14 +1,14 @@
 #include "flags.h"
 
-#include <algorithm>
+#include <cmath>
 #include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
 
 #include "absl/flags/commandlineflag.h"
-#include "absl/flags/internal/parse.h"
 #include "absl/flags/flag.h"
+#include "absl/flags/internal/parse.h"
 #include "absl/status/status.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/numbers.h"
@@ -30,7 +30,8 @@ ABSL_FLAG(std::string, client, "library",
           "run it, on its sync stream), library-callback (entrokv::Session on "
           "the callback API) or sync (raw transport: generated stubs, a "
           "blocking stream per session, no client library)");
-ABSL_FLAG(int32_t, sessions, 8, "Concurrent sessions (one thread each)");
+ABSL_FLAG(int32_t, sessions, 8,
+          "Concurrent sessions (a thread each, or a thread per --batch)");
 ABSL_FLAG(int32_t, prefill, 1024, "Entries appended before the decode steps");
 ABSL_FLAG(int32_t, prefill_chunk, 256, "Entries per prefill message");
 ABSL_FLAG(int32_t, rounds, 5,
@@ -233,7 +234,41 @@ absl::Status ApplyShadowFlags(Options* options) {
   return absl::OkStatus();
 }
 
-// The modes, the client and the number of sessions and threads.
+// The counts and the rate. A value out of range is refused (exit 2), never
+// raised to the nearest valid one.
+absl::Status ApplyCountFlags(Options* options) {
+  const struct {
+    const absl::Flag<int32_t>& flag;
+    int32_t min;
+    int* out;
+  } counts[] = {
+      {FLAGS_sessions, 1, &options->sessions},
+      {FLAGS_batch, 1, &options->batch},
+      {FLAGS_rounds, 1, &options->rounds},
+      {FLAGS_steps_per_round, 1, &options->steps_per_round},
+      {FLAGS_prefill, 0, &options->prefill},
+      {FLAGS_prefill_chunk, 1, &options->prefill_chunk},
+      {FLAGS_pool, 1, &options->pool},
+      {FLAGS_server_pid, -1, &options->server_pid},
+  };
+  for (const auto& count : counts) {
+    const int32_t value = absl::GetFlag(count.flag);
+    if (value < count.min) {
+      return absl::InvalidArgumentError(absl::StrFormat(
+          "--%s %d: must be at least %d",
+          absl::GetFlagReflectionHandle(count.flag).Name(), value, count.min));
+    }
+    *count.out = value;
+  }
+  options->rate = absl::GetFlag(FLAGS_rate);
+  if (!(options->rate >= 0) || std::isinf(options->rate)) {
+    return absl::InvalidArgumentError(absl::StrFormat(
+        "--rate %g: must be a finite number of steps/s, or 0", options->rate));
+  }
+  return absl::OkStatus();
+}
+
+// The modes, the client and the number of threads (after the counts).
 absl::Status ApplyLoadFlags(Options* options) {
   const std::string mode = absl::GetFlag(FLAGS_mode);
   if (mode == "both") {
@@ -249,8 +284,6 @@ absl::Status ApplyLoadFlags(Options* options) {
     return absl::InvalidArgumentError(
         "--client: sync, library or library-callback");
   }
-  options->sessions = std::max(1, absl::GetFlag(FLAGS_sessions));
-  options->batch = std::max(1, absl::GetFlag(FLAGS_batch));
   const Shape& shape = options->config.shape;
   if (!options->UsesLibrary() && (options->batch > 1 || shape.sketch_dim > 0 ||
                                   shape.query_form != QueryForm::kPerHead)) {
@@ -270,7 +303,6 @@ absl::Status ApplyLoadFlags(Options* options) {
                         options->sessions, options->batch));
   }
   options->threads = options->sessions / options->batch;
-  options->rounds = std::max(1, absl::GetFlag(FLAGS_rounds));
   options->duration = absl::GetFlag(FLAGS_duration);
   if (options->duration < absl::ZeroDuration()) {
     return absl::InvalidArgumentError(
@@ -345,17 +377,14 @@ absl::StatusOr<Options> OptionsFromFlags() {
   absl::StatusOr<SessionConfig> config = SessionConfigFromFlags();
   if (!config.ok()) return config.status();
   options.config = *std::move(config);
+  if (absl::Status counts = ApplyCountFlags(&options); !counts.ok()) {
+    return counts;
+  }
   if (absl::Status load = ApplyLoadFlags(&options); !load.ok()) return load;
-  options.steps_per_round = std::max(1, absl::GetFlag(FLAGS_steps_per_round));
-  options.rate = absl::GetFlag(FLAGS_rate);
-  options.prefill = std::max(0, absl::GetFlag(FLAGS_prefill));
-  options.prefill_chunk = std::max(1, absl::GetFlag(FLAGS_prefill_chunk));
-  options.pool = std::max(1, absl::GetFlag(FLAGS_pool));
   options.seed = absl::GetFlag(FLAGS_seed);
   options.json = absl::GetFlag(FLAGS_json);
   options.progress = absl::GetFlag(FLAGS_progress);
   options.fail_on_error = absl::GetFlag(FLAGS_fail_on_error);
-  options.server_pid = std::max(-1, absl::GetFlag(FLAGS_server_pid));
   if (absl::Status connection = ApplyConnectionFlags(&options);
       !connection.ok()) {
     return connection;
