@@ -107,18 +107,18 @@ class SilentService final : public v1::EntroKv::CallbackService {
 };
 
 // A run long enough to be cut mid-way: 2 sessions, paced so that each mode
-// (entrokv, then the Echo baseline) lasts about 1 s, reported as JSON.
+// (entrokv, then the Echo baseline) lasts about 1 s whatever the batch
+// (--rate counts steps over all sessions), reported as JSON.
 constexpr int kSessions = 2;
 constexpr int kStepsPerRound = 400;
 std::vector<std::string> PacedWorkload(const std::string& target,
-                                       const std::string& mode, int batch) {
-  const int threads = kSessions / batch;
+                                       const std::string& mode) {
   return {absl::StrCat("--target=", target),
           absl::StrCat("--sessions=", kSessions),
           "--prefill=0",
           "--rounds=1",
           absl::StrCat("--steps_per_round=", kStepsPerRound),
-          absl::StrCat("--rate=", kStepsPerRound * threads),
+          absl::StrCat("--rate=", kStepsPerRound * kSessions),
           "--layers=1",
           "--kv_heads=1",
           "--q_heads=1",
@@ -209,7 +209,7 @@ TEST_F(LoadgenTest, FallbackStepsAreNotCountedAsServerAnswers) {
 // it are decided locally by the client library, and no step is both.
 TEST_F(LoadgenTest, EveryStepIsEitherAnAnswerOrAFallback) {
   const LoadgenRun json = RunAndDrain([](const std::string& target) {
-    std::vector<std::string> args = PacedWorkload(target, "entrokv", 1);
+    std::vector<std::string> args = PacedWorkload(target, "entrokv");
     args.push_back("--client=library");
     return args;
   });
@@ -351,8 +351,7 @@ class LoadgenLosesServerTest
  protected:
   std::vector<std::string> Args(const std::string& target,
                                 bool fail_on_error) const {
-    std::vector<std::string> args =
-        PacedWorkload(target, "both", GetParam().batch);
+    std::vector<std::string> args = PacedWorkload(target, "both");
     args.insert(args.end(), GetParam().flags.begin(), GetParam().flags.end());
     if (fail_on_error) args.push_back("--fail_on_error");
     return args;
@@ -494,22 +493,72 @@ TEST_P(LoadgenLosesServerTest, SurvivesADeadTarget) {
   EXPECT_THAT(text.output, HasSubstr("sessions that failed to start: "));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    ClientModes, LoadgenLosesServerTest,
-    ::testing::Values(
-        ClientMode{"Sync", {"--client=sync"}},
-        ClientMode{"Library", {"--client=library"}},
-        ClientMode{"LibraryCallback", {"--client=library-callback"}},
-        ClientMode{"Batch", {"--client=library", "--batch=2"}, 2},
-        ClientMode{"BatchSessionCalls",
-                   {"--client=library", "--batch=2", "--batch_calls=session"},
-                   2},
-        ClientMode{"BatchPipelined",
-                   {"--client=library", "--batch=2", "--batch_calls=pipelined"},
-                   2},
-        ClientMode{
-            "BatchCallback", {"--client=library-callback", "--batch=2"}, 2}),
-    ModeName);
+const ClientMode kClientModes[] = {
+    {"Sync", {"--client=sync"}},
+    {"Library", {"--client=library"}},
+    {"LibraryCallback", {"--client=library-callback"}},
+    {"Batch", {"--client=library", "--batch=2"}, 2},
+    {"BatchSessionCalls",
+     {"--client=library", "--batch=2", "--batch_calls=session"},
+     2},
+    {"BatchPipelined",
+     {"--client=library", "--batch=2", "--batch_calls=pipelined"},
+     2},
+    {"BatchCallback", {"--client=library-callback", "--batch=2"}, 2},
+};
+
+INSTANTIATE_TEST_SUITE_P(ClientModes, LoadgenLosesServerTest,
+                         ::testing::ValuesIn(kClientModes), ModeName);
+
+class LoadgenPacingTest : public LoadgenTest,
+                          public ::testing::WithParamInterface<ClientMode> {
+ protected:
+  // kSessions sessions, one round of `steps` steps each, at `rate` steps/s
+  // over all of them; the JSON report.
+  LoadgenRun RunPaced(int steps, double rate) {
+    // A flag given twice takes its last value.
+    std::vector<std::string> args = SmallWorkload(server_->targets()[0]);
+    args.insert(args.end(),
+                {absl::StrCat("--sessions=", kSessions),
+                 absl::StrCat("--steps_per_round=", steps),
+                 absl::StrCat("--rate=", rate), "--mode=entrokv", "--json"});
+    args.insert(args.end(), GetParam().flags.begin(), GetParam().flags.end());
+    return RunLoadgen(args);
+  }
+};
+
+// --rate is steps/s over all sessions, whatever the batch: 2 sessions x 50
+// steps at 200 steps/s take about 0.5 s (a batch of 2 paced per message
+// took half as long, at twice the rate).
+TEST_P(LoadgenPacingTest, RateCountsStepsOverAllSessions) {
+  StartServer();
+  ASSERT_FALSE(HasFatalFailure());
+  const LoadgenRun run = RunPaced(50, 200);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  EXPECT_EQ(JsonInt(run.output, "OK"), kSessions * 50) << run.output;
+  // Pacing never runs ahead: the last steps are due 0.5 s in. A slow machine
+  // may run behind, so the lower bound is loose.
+  const double steps_per_s = JsonDouble(run.output, "steps_per_s");
+  EXPECT_LE(steps_per_s, 200 * 1.1) << run.output;
+  EXPECT_GE(steps_per_s, 200 * 0.3) << run.output;
+}
+
+// Open loop, latency runs from a step's (a message's) scheduled time, so
+// that queueing counts: at a rate no server keeps up with, every message is
+// due at once, and the last one answered has waited about as long as the
+// whole phase took.
+TEST_P(LoadgenPacingTest, OpenLoopLatencyCountsTheQueue) {
+  StartServer();
+  ASSERT_FALSE(HasFatalFailure());
+  const LoadgenRun run = RunPaced(200, 1e9);
+  ASSERT_EQ(run.exit_code, 0) << run.output;
+  const double max_us = JsonDouble(run.output, "max");
+  const double wall_us = JsonDouble(run.output, "wall_s") * 1e6;
+  EXPECT_GE(max_us, 0.5 * wall_us) << run.output;
+}
+
+INSTANTIATE_TEST_SUITE_P(ClientModes, LoadgenPacingTest,
+                         ::testing::ValuesIn(kClientModes), ModeName);
 
 }  // namespace
 }  // namespace entrokv::server::testing

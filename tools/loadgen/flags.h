@@ -56,9 +56,10 @@ struct Options {
   int server_pid = 0;
 
   bool UsesLibrary() const { return client != "sync"; }
-  // Open loop: the steps/s of one thread, which steps a session or a batch
-  // of them at once.
-  double ThreadRate() const { return rate / threads; }
+  // Open loop: the messages/s of one thread. Each message carries one step
+  // of each of the thread's `batch` sessions, so that the threads together
+  // send `rate` steps/s.
+  double MessageRate() const { return rate / sessions; }
 };
 
 // Parses argv (entrokv::ParseFlags: --help by topic, ENTROKV_ environment

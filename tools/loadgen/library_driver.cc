@@ -157,14 +157,17 @@ class BatchRunner final : public Runner {
       }
     }
     for (int k = 0; k < shared_->options.steps_per_round; ++k) {
-      PaceStep(shared_->options.ThreadRate(), phase_start, k);
+      // Open loop: a message's latency runs from its scheduled time, so
+      // that queueing counts.
+      const absl::Time start =
+          PaceStep(shared_->options.MessageRate(), phase_start, k);
       if (mode != "echo") {
-        Decode(&stats);
+        Decode(start, &stats);
       } else if (echo_->ended()) {
         // Not sent: counted under the status that ended the stream.
         stats.not_sent[CodeName(echo_->status().code())] += n;
       } else {
-        Echo(&stats);
+        Echo(start, &stats);
       }
       shared_->done.fetch_add(n, std::memory_order_relaxed);
     }
@@ -202,7 +205,8 @@ class BatchRunner final : public Runner {
                            keys, query, entropy);
   }
 
-  void Decode(ModeStats* stats) {
+  // One message of steps; its latency runs from `start`.
+  void Decode(absl::Time start, ModeStats* stats) {
     // Each session's new slot, and the steps, in members: an engine keeps
     // its own per-step bookkeeping out of the CPU it shares with the
     // server, and so does this one.
@@ -217,7 +221,6 @@ class BatchRunner final : public Runner {
                                        pick.key, pick.query, pick.entropy)});
     }
     ++pool_index_;
-    const absl::Time start = absl::Now();
     const std::string& calls = shared_->options.batch_calls;
     if (calls == "batch") {
       const std::vector<absl::StatusOr<StepOutcome>> outcomes =
@@ -292,13 +295,12 @@ class BatchRunner final : public Runner {
     }
   }
 
-  void Echo(ModeStats* stats) {
+  void Echo(absl::Time start, ModeStats* stats) {
     if (last_sent_ == 0) {
       // No decode message yet this run: size one like it.
       last_sent_ = static_cast<int64_t>(data_.size()) * 64;
       last_received_ = static_cast<int64_t>(data_.size()) * 48;
     }
-    const absl::Time start = absl::Now();
     if (!echo_->RoundTrip(last_sent_, last_received_, stats)) {
       // The message carried one step of each session.
       stats->codes[CodeName(echo_->status().code())] +=

@@ -47,7 +47,7 @@ void SessionRunner::RunPhase(const std::string& mode, absl::Time phase_start) {
   const bool is_echo = mode == "echo";
   for (int k = 0; k < shared_->options.steps_per_round; ++k) {
     const absl::Time start =
-        PaceStep(shared_->options.ThreadRate(), phase_start, k);
+        PaceStep(shared_->options.MessageRate(), phase_start, k);
     shared_->done.fetch_add(1, std::memory_order_relaxed);
     // A stream that ended stays ended: its steps are not sent, and are
     // counted under the status that ended it.

@@ -61,8 +61,9 @@ int64_t DecodeRequestBytes(const SessionConfig& config);
 // `config`: what an Echo reply stands in for.
 int64_t TypicalResultBytes(const SessionConfig& config);
 
-// Open loop (`rate` > 0 steps/s): waits for step k's scheduled time after
-// `phase_start` and returns it; closed loop: returns now.
+// Open loop (`rate` > 0 messages/s of one thread): waits for message k's
+// scheduled time after `phase_start` and returns it; closed loop: returns
+// now.
 absl::Time PaceStep(double rate, absl::Time phase_start, int k);
 
 }  // namespace entrokv::loadgen
