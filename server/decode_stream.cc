@@ -359,7 +359,9 @@ class DecodeStream final : public StreamHandler {
     for (SessionInMessage& session : groups_) {
       const int64_t count = session.count;
       auto held = attached_.find(session.id);
-      if (count > max) {
+      if (absl::Status id = RequireSessionId(session.id); !id.ok()) {
+        session.refused = id;  // Bad input, as in attach and detach.
+      } else if (count > max) {
         session.refused = absl::ResourceExhaustedError(absl::StrCat(
             "session_id: session ", session.id, " has ", count,
             " steps in this message, more than the server's limit of ", max,

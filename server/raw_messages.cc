@@ -18,7 +18,7 @@ absl::Status ParseError(const grpc::ByteBuffer& bytes,
 
 }  // namespace
 
-absl::Status RequireSessionId(const std::string& id) {
+absl::Status RequireSessionId(absl::string_view id) {
   if (id.empty()) return absl::InvalidArgumentError("session_id: empty");
   return absl::OkStatus();
 }

@@ -10,6 +10,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
 #include "entrokv/v1/entrokv.pb.h"
 #include "google/protobuf/message_lite.h"
 #include "grpcpp/grpcpp.h"
@@ -23,7 +24,7 @@ inline constexpr char kDecode[] = "Decode";
 inline constexpr char kEcho[] = "Echo";
 
 // InvalidArgument naming session_id when `id` is empty.
-absl::Status RequireSessionId(const std::string& id);
+absl::Status RequireSessionId(absl::string_view id);
 
 // Parses `bytes` (left unchanged) into `out`. Errors: InvalidArgument naming
 // the message type.

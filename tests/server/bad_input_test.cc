@@ -195,6 +195,14 @@ TEST_F(BadStepTest, UnknownSession) {
   ExpectRejected(bad, absl::StatusCode::kNotFound, "session_id");
 }
 
+// An empty id is bad input in a step as in attach and detach, not an
+// unknown session.
+TEST_F(BadStepTest, EmptySessionId) {
+  v1::SessionStep bad = NextGoodStepPreview();
+  bad.clear_session_id();
+  ExpectRejected(bad, absl::StatusCode::kInvalidArgument, "session_id: empty");
+}
+
 TEST_F(BadStepTest, SessionNotAttachedToThisStream) {
   ASSERT_OK_AND_ASSIGN(v1::CreateSessionResponse other,
                        CreateSession(stub_.get(), ToWireConfig(config_)));
