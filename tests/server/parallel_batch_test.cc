@@ -157,6 +157,84 @@ TEST_F(ParallelBatchTest, FourWorkersAnswerAsCoreInRequestOrder) {
 
 TEST_F(ParallelBatchTest, OneWorkerAnswersTheSame) { RunBatches(1); }
 
+// In one message, a failed step leaves its session unchanged: that session's
+// next step (after its first) finds a step missing, the other sessions are
+// answered as core decides, and the failed step resent (corrected) then runs as
+// the real one.
+TEST_F(ParallelBatchTest, AFailedStepMakesTheSessionsNextStepFindAStepMissing) {
+  StartServerWithWorkers(2);
+  std::vector<Lane> lanes;
+  DecodeStream stream(stub_.get());
+  ASSERT_NO_FATAL_FAILURE(MakeLanes(2, &stream, &lanes));
+  // A first step may carry any number: the rule needs one accepted step.
+  const v1::DecodeRequest first = NextOfEach(lanes);
+  ASSERT_OK_AND_ASSIGN(v1::DecodeResponse answered, stream.RoundTrip(first));
+  ASSERT_NO_FATAL_FAILURE(ExpectAsCore(first, answered, lanes));
+  const v1::SessionStep a = lanes[0].source->Next();
+  const v1::SessionStep a_next = lanes[0].source->Next();
+  const v1::SessionStep b = lanes[1].source->Next();
+  v1::DecodeRequest request;
+  *request.add_steps() = a;
+  request.mutable_steps(0)->mutable_append()->set_keys("x");  // Wrong size.
+  *request.add_steps() = a_next;
+  *request.add_steps() = b;
+  ASSERT_OK_AND_ASSIGN(v1::DecodeResponse response, stream.RoundTrip(request));
+  ASSERT_EQ(response.results_size(), 3);
+  EXPECT_EQ(response.results(0).status().code(),
+            static_cast<int>(absl::StatusCode::kInvalidArgument));
+  EXPECT_THAT(response.results(0).status().message(),
+              ::testing::StartsWith("steps[0].append.keys"));
+  EXPECT_EQ(response.results(1).status().code(),
+            static_cast<int>(absl::StatusCode::kFailedPrecondition));
+  EXPECT_THAT(response.results(1).status().message(),
+              ::testing::StartsWith("steps[1].step"));
+  EXPECT_THAT(response.results(1).status().message(),
+              ::testing::HasSubstr("a step is missing"));
+  ASSERT_EQ(response.results(2).status().code(), 0);
+  CoreStep core = ToCoreStep(b);
+  StepResult want;
+  ASSERT_OK(lanes[1].reference->Step(core.input, &want));
+  EXPECT_THAT(response.results(2).evicted(), ElementsAreArray(want.evicted));
+
+  v1::DecodeRequest again;
+  *again.add_steps() = a;
+  ASSERT_OK_AND_ASSIGN(response, stream.RoundTrip(again));
+  std::vector<Lane> only_a;
+  only_a.push_back(std::move(lanes[0]));
+  ASSERT_NO_FATAL_FAILURE(ExpectAsCore(again, response, only_a));
+}
+
+// Steps of a session closed while the stream holds it, several in one
+// message: each is answered NOT_FOUND, and the message's other session is
+// answered as core decides.
+TEST_F(ParallelBatchTest, EveryStepOfAClosedSessionIsNotFound) {
+  StartServerWithWorkers(2);
+  std::vector<Lane> lanes;
+  DecodeStream stream(stub_.get());
+  ASSERT_NO_FATAL_FAILURE(MakeLanes(2, &stream, &lanes));
+  ASSERT_OK(CloseSession(stub_.get(), lanes[1].id).status());
+  v1::DecodeRequest request;
+  *request.add_steps() = lanes[1].source->Next();
+  *request.add_steps() = lanes[0].source->Next();
+  *request.add_steps() = lanes[1].source->Next();
+  ASSERT_OK_AND_ASSIGN(v1::DecodeResponse response, stream.RoundTrip(request));
+  ASSERT_EQ(response.results_size(), 3);
+  for (int i : {0, 2}) {
+    EXPECT_EQ(response.results(i).status().code(),
+              static_cast<int>(absl::StatusCode::kNotFound))
+        << i;
+    EXPECT_THAT(
+        response.results(i).status().message(),
+        ::testing::StartsWith(absl::StrCat("steps[", i, "].session_id")));
+  }
+  ASSERT_EQ(response.results(1).status().code(), 0)
+      << response.results(1).status().message();
+  CoreStep core = ToCoreStep(request.steps(1));
+  StepResult want;
+  ASSERT_OK(lanes[0].reference->Step(core.input, &want));
+  EXPECT_THAT(response.results(1).evicted(), ElementsAreArray(want.evicted));
+}
+
 // A session stepped and detached in one message, then closed, gives its bytes
 // back at once: the stream, idle after that message, holds nothing of it.
 TEST_F(ParallelBatchTest, ADetachedSessionIsFreedWithoutAnotherMessage) {
