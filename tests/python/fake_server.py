@@ -4,7 +4,8 @@ It implements the EntroKv service just enough for a client: CreateSession
 names sessions s1, s2, ...; Decode answers every attach with OK and every
 step with a result that evicts nothing; CloseSession records the id. While
 `swallow` is set, Decode messages (attaches and steps) are recorded and never
-answered, as a stalled server's; with `require_token`, CreateSession
+answered, as a stalled server's; a message with steps is answered after
+`step_delay` seconds; with `require_token`, CreateSession
 refuses a call without that bearer token (UNAUTHENTICATED). Every call's metadata is recorded, so tests
 can check what the client sent (e.g. its bearer token).
 """
@@ -45,6 +46,7 @@ class FakeEntroKv(pb2_grpc.EntroKvServicer):
         self.calls: List[Tuple[str, Dict[str, str]]] = []  # (method, metadata)
         # Set: CreateSession answers UNAUTHENTICATED without this token.
         self.require_token: Optional[str] = None
+        self.step_delay = 0.0  # Seconds before a message with steps is answered.
 
     def _record_call(self, method: str, context) -> None:
         with self.lock:
@@ -83,6 +85,8 @@ class FakeEntroKv(pb2_grpc.EntroKvServicer):
                     response.results.add(session_id=st.session_id, step=st.step,
                                          budget=100)
             if answer:
+                if request.steps and self.step_delay > 0:
+                    time.sleep(self.step_delay)
                 yield response
 
     def wait_closed(self, session_id: str, timeout: float = 5.0) -> bool:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import time
 import urllib.request
 
@@ -13,6 +14,7 @@ import entrokv
 from entrokv import BatchStep, EntroKvError, Shape
 
 from conftest import Server, free_tcp_port
+from fake_server import FakeServer
 
 SHAPE = Shape(layers=1, kv_heads=2, q_heads=4, head_dim=8, element_type="f16")
 
@@ -267,3 +269,71 @@ def test_a_gathered_message_past_its_deadline_degrades_its_members(own_server):
     assert all(o.fallback and o.evicted == [0] for o in outs)
     assert all(s.degraded for s in members)
     assert c.counters().fallback_deadline == 3
+
+
+def test_step_behind_a_gathered_message_that_fails_decides_locally(own_server):
+    # A gathered step (a's, short deadline) goes out first; step() sends its
+    # own message behind it on the same stream. When a's message fails, the
+    # stream ends with both in flight: b and c decide locally, as C++ does,
+    # rather than being sent on a new stream they are not attached to.
+    c = entrokv.Client(own_server.target, step_deadline=2.0, create_deadline=5.0)
+    batch = c.create_batch()
+    a = batch.create_session("window", budget=2, shape=SHAPE, streaming_sinks=0,
+                             step_deadline=0.2)
+    b, d = [batch.create_session("window", budget=2, shape=SHAPE, streaming_sinks=0)
+            for _ in range(2)]
+    outs = batch.step([BatchStep(s, [0], k(), q()) for s in (a, b, d)])
+    assert not any(o.fallback for o in outs)
+    own_server.pause()
+    resume = threading.Timer(0.5, own_server.resume)
+    resume.start()
+    try:
+        a.step_async([1], k(), q(), 1.0)
+        outs = batch.step([BatchStep(s, [1], k(), q()) for s in (b, d)])
+    finally:
+        resume.join()
+    assert all(isinstance(o, entrokv.StepOutcome) and o.fallback for o in outs), outs
+    assert a.collect().fallback
+    assert all(s.degraded for s in (a, b, d))
+    c.close()
+
+
+def test_an_attach_behind_answers_in_flight_gets_its_whole_create_deadline():
+    # A session created while a message is in flight first waits for its
+    # answer (0.6 s here); its create_deadline (0.4 s) counts from then, as
+    # in C++, so it is attached rather than offline.
+    fake = FakeServer()
+    fake.service.step_delay = 0.6
+    try:
+        c = entrokv.Client(fake.target, step_deadline=5.0, create_deadline=0.4)
+        batch = c.create_batch()
+        a = batch.create_session("window", budget=2, shape=SHAPE, streaming_sinks=0)
+        a.step_async([0], k(), q(), 1.0)  # Every session gathered: sent.
+        b = batch.create_session("window", budget=2, shape=SHAPE, streaming_sinks=0)
+        assert not b.offline
+        assert not a.collect().fallback
+        c.close()
+    finally:
+        fake.stop()
+
+
+def test_a_step_whose_message_failed_counts_its_own_cause(own_server):
+    # Two messages in flight; the first misses its deadline and degrades the
+    # session, which ends the stream with the second in flight. That step
+    # counts the stream's end (unavailable), not "degraded", as in C++.
+    c = entrokv.Client(own_server.target, step_deadline=0.2, create_deadline=5.0)
+    batch = c.create_batch()
+    a = batch.create_session("window", budget=2, shape=SHAPE, streaming_sinks=0)
+    a.step_async([0], k(), q(), 1.0)
+    assert not a.collect().fallback
+    own_server.pause()
+    try:
+        a.step_async([1], k(), q(), 1.0)  # Sent: the batch's only session.
+        a.step_async([2], k(), q(), 1.0)  # Its next step: a second message.
+        first, second = a.collect(), a.collect()
+    finally:
+        own_server.resume()
+    assert first.fallback and second.fallback
+    cn = a.counters()
+    assert (cn.fallback_deadline, cn.fallback_unavailable, cn.fallback_degraded) == (1, 1, 0)
+    c.close()

@@ -62,12 +62,14 @@ class DecodeBatch:
     call needs the answer of a gathered step (``collect``, ``step``), when a
     session gathers its next step, or when ``step()`` runs (the gathered
     steps go first, in a message of their own). Answers are read in order;
-    an attach (a new session, a recovery) first reads the answers in flight.
-    close(), counters() and live_slots() work as usual.
+    an attach (a new session, a recovery) first reads the answers in flight,
+    and its create deadline counts from then. close(), counters() and
+    live_slots() work as usual; close() takes the session's gathered step
+    out of its message (C++ leaves it in).
 
     Each entry is validated and fails on its own; the deadline of a message
     is the smallest step_deadline of the sessions in it, counted from its
-    send. When it passes or the stream breaks, every session in the message
+    send (step() sends at once, behind the messages in flight). When it passes or the stream breaks, every session in the message
     decides locally and is degraded (they share the stream, which is then
     ended, with every message in flight on it; the next message goes on a
     new one, which recovered sessions attach to). One message carries at
@@ -269,15 +271,15 @@ class DecodeBatch:
                 grpc.StatusCode.UNAVAILABLE,
                 "entrokv: the DecodeBatch's stream ended while the step was prepared")
         elif len(message.steps) > 0:
-            until = time.monotonic() + deadline
-            stream = self._live_stream()
-            stream.send(message)
-            try:
-                response = stream.next(until)
-            except EntroKvError as e:
-                error = e
-            if error is not None or len(response.results) != len(message.steps):
-                self._end_stream()
+            # Sent at once, behind any message in flight on the same stream
+            # (as C++ does): its deadline counts from its own send, and when
+            # a message ahead of it fails, the stream ends with this one in
+            # flight, whose sessions then decide locally.
+            m = _Message(self._generation, request=message, deadline=deadline,
+                         sent=time.monotonic())
+            self._current_stream().send(message)
+            self._flying.append(m)
+            response, error = self._answer(m)
         else:
             error = EntroKvError(grpc.StatusCode.UNAVAILABLE, "entrokv: nothing was sent")
         # Every session's record is settled before any tier callback runs, so

@@ -387,10 +387,13 @@ class Client:
             if err.code not in SERVER_SIDE:
                 raise  # The caller's error, with the server's details alone.
             return offline(err)
+        # A batch first reads the answers to its messages in flight (each
+        # within its own step deadline); the attach's time starts after them.
+        drain_start = time.monotonic()
         stream = (DecodeStream(self._stub) if _batch is None
                   else _batch._live_stream())
         try:
-            attach_on(stream, new_id, deadline)
+            attach_on(stream, new_id, deadline + time.monotonic() - drain_start)
         except EntroKvError as e:
             if _batch is None:
                 stream.cancel()

@@ -390,7 +390,10 @@ class Session(SessionRecovery):
             return pending.decided
         if pending.local:
             return self._fallback_local(pending)
-        if self._degraded:
+        if self._degraded:  # A step whose message failed counts its own cause.
+            failed = (pending.message.answer or (None, None))[1] if pending.message else None
+            if failed is not None:
+                return self._settle_answer(pending, None, failed, pending.index)
             return self._fallback(pending, "degraded")
         if pending.message is not None:
             response, error = self._batch._answer(pending.message)

@@ -131,13 +131,16 @@ class SessionRecovery:
         batch = self._batch
         stream: Optional[DecodeStream] = None
         try:
+            # A batch first reads the answers in flight; the attach's time
+            # starts after them (as C++).
+            drain_start = time.monotonic()
             if batch is not None:
                 via = batch._live_stream()
             else:
                 stream = DecodeStream(client._stub)
                 via = stream
             try:
-                attach_on(via, new_id, deadline)
+                attach_on(via, new_id, deadline + time.monotonic() - drain_start)
             except EntroKvError:
                 if batch is not None:
                     batch._end_stream()
