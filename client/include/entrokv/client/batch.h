@@ -60,9 +60,10 @@
 // own deadline); its create_deadline counts from then.
 //
 // Session::Close(), counters(), LiveSlots() work as usual; Close() and the
-// Session's destruction leave the batch's stream open (a step of that
-// session already gathered is still sent, and answered NOT_FOUND after a
-// Close()). A Session may outlive its DecodeBatch, but cannot step then
+// Session's destruction leave the batch's stream open. A step of that
+// session already gathered stays in its message (which Close() sends when
+// that completes it): answered as usual when it reaches the server before
+// the close, NOT_FOUND after it. A Session may outlive its DecodeBatch, but cannot step then
 // (FailedPrecondition); its steps in flight whose answers were not read yet
 // are decided locally when collected.
 //
