@@ -156,6 +156,32 @@ TEST_F(MessageLimitTest, OverLongDecodeMessageRunsNoneOfItsSteps) {
   EXPECT_FALSE(info.attached());
 }
 
+// The limit counts the attach and detach lists as well: 1025 attach (or
+// detach) entries end the stream the same way.
+TEST_F(MessageLimitTest, OverLongAttachOrDetachListEndsTheStream) {
+  StartServer();
+  ASSERT_OK_AND_ASSIGN(const std::string id,
+                       CreateSessionId(stub_.get(), WindowConfig(8)));
+  for (const bool attach : {true, false}) {
+    SCOPED_TRACE(attach ? "attach" : "detach");
+    DecodeStream stream(stub_.get());
+    if (!attach) {
+      ASSERT_OK(stream.Attach(id));
+    }
+    v1::DecodeRequest request;
+    auto* list = attach ? request.mutable_attach() : request.mutable_detach();
+    list->Add(std::string(id));
+    for (int i = 1; i < 1025; ++i) list->Add(absl::StrCat("s-none-", i));
+    const absl::StatusOr<v1::DecodeResponse> response =
+        stream.RoundTrip(request);
+    EXPECT_STATUS_CODE(response, absl::StatusCode::kResourceExhausted);
+    EXPECT_THAT(response.status().message(),
+                HasSubstr("--max_steps_per_message"));
+    EXPECT_THAT(response.status().message(),
+                HasSubstr(attach ? "attach: more than" : "detach: more than"));
+  }
+}
+
 // Peak resident memory of this process (client and server), in bytes.
 int64_t PeakRssBytes() {
   FILE* status = std::fopen("/proc/self/status", "r");
