@@ -62,8 +62,10 @@ bool Session::Impl::RecoveryAccepts(const StepRequest& request) const {
                        (config_.hard_ceiling > 0 &&
                         live_.size() + appended > config_.hard_ceiling);
   if (!decides) return true;
-  if (request.queries.size() !=
-      static_cast<size_t>(sketcher_->full_query_elements())) {
+  // keydiff reads no query: its decisions may come without them.
+  if (RankingNeedsQueries(config_.ranking) &&
+      request.queries.size() !=
+          static_cast<size_t>(sketcher_->full_query_elements())) {
     return false;
   }
   return !PolicyNeedsEntropy(config_) || request.entropy.has_value() ||

@@ -421,3 +421,26 @@ def test_pipelined_session_recovers_settling_the_step_in_flight(fake):
     assert counters.recoveries == 1 and counters.recovery_attempts == 1
     assert counters.fallback_deadline == 1 and counters.fallback_degraded == 1
     c.close()
+
+
+def test_a_keydiff_session_sending_no_queries_recovers(fake):
+    # keydiff reads no query, so its steps may leave them out; a degraded
+    # keydiff session must still come back (as in C++).
+    svc = fake.service
+    engine = Engine()
+    c = entrokv.Client(fake.target, step_deadline=0.3, create_deadline=1.0)
+    s = c.create_session("keydiff", budget=100, shape=F32,
+                         live_keys=engine.live_keys, recovery_interval=0.05,
+                         recovery_jitter=0.0)
+    assert not s.step([10], key(10)).fallback
+    svc.swallow.set()
+    o = s.step([11], key(11))
+    assert o.fallback and s.degraded
+    svc.swallow.clear()
+    time.sleep(0.1)
+    o = s.step([12], key(12))
+    assert not o.fallback and not s.degraded and s.id == "s2"
+    assert engine.calls == [[10, 11]]
+    assert s.counters().recovery_attempts == 1 and s.counters().recoveries == 1
+    s.close()
+    c.close()

@@ -18,7 +18,7 @@ from typing import List, Optional
 import grpc
 
 from .background_calls import POKE_EVERY, READY
-from .config import policy_needs_entropy
+from .config import policy_needs_entropy, ranking_needs_queries
 from .decode_stream import DecodeStream
 from .errors import EntroKvError, invalid
 from .session_setup import attach_on, create_server_session
@@ -59,7 +59,8 @@ class SessionRecovery:
             c.hard_ceiling > 0 and len(self._live) + len(ids) > c.hard_ceiling)
         if not decides:
             return True
-        if q.size != c.shape.full_query_elements():
+        # keydiff reads no query: its decisions may come without them.
+        if ranking_needs_queries(c.ranking) and q.size != c.shape.full_query_elements():
             return False
         return not policy_needs_entropy(c) or entropy is not None or has_logits
 
