@@ -54,15 +54,15 @@ ABSL_FLAG(int64_t, max_steps_per_session_per_message, 16,
           "that session's steps is answered RESOURCE_EXHAUSTED, none run");
 ABSL_FLAG(int32_t, step_workers, 0,
           "Threads the steps of one DecodeRequest run on, in parallel over "
-          "its sessions (a session's own steps stay in order), shared by "
-          "every stream; 0: the CPUs this process may use (its affinity, "
-          "lowered to the cgroup's CPU quota); 1: each message on its "
-          "stream's thread");
+          "its sessions (a session's own steps stay in order): the stream's "
+          "own thread and N - 1 workers shared by every stream; 0: the CPUs "
+          "this process may use (its affinity, lowered to the cgroup's CPU "
+          "quota); 1: each message on its stream's thread; at most 1024");
 ABSL_FLAG(int32_t, poll_threads, 1,
           "Threads that carry the API's gRPC calls, each polling its own "
           "completion queue (a call stays on the thread that accepted it); "
           "one is fastest for one stream, more spread many streams' reads "
-          "and replies (docs/performance.md)");
+          "and replies (docs/performance.md); at most 1024");
 ABSL_FLAG(int32_t, max_shadows, 4,
           "Shadow policies a session may carry (0: shadowing is off); "
           "docs/choosing-a-policy.md");
