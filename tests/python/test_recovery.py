@@ -444,3 +444,31 @@ def test_a_keydiff_session_sending_no_queries_recovers(fake):
     assert s.counters().recovery_attempts == 1 and s.counters().recoveries == 1
     s.close()
     c.close()
+
+
+def test_a_batch_recovery_whose_first_step_fails_doubles_the_wait(fake):
+    # As on a session's own stream (and in C++): the attach succeeds, the
+    # step that re-sends the live entries misses its deadline, and the next
+    # attempt waits twice as long.
+    svc = fake.service
+    engine = Engine()
+    c = entrokv.Client(fake.target, step_deadline=0.2, create_deadline=1.0)
+    batch = c.create_batch()
+    s = batch.create_session("window", budget=100, shape=F32,
+                             live_keys=engine.live_keys, recovery_interval=0.3,
+                             max_recovery_interval=5.0, recovery_jitter=0.0)
+    assert not s.step([10], key(10), query()).fallback
+    svc.step_delay = 0.5  # Steps are answered past their deadline.
+    assert s.step([11], key(11), query()).fallback and s.degraded
+    time.sleep(0.35)
+    assert s.step([12], key(12), query()).fallback and s.degraded
+    assert (s.counters().recovery_attempts, s.counters().recoveries) == (1, 0)
+    svc.step_delay = 0.0
+    time.sleep(0.35)  # Within the doubled wait (0.6 s): no attempt.
+    assert s.step([13], key(13), query()).fallback
+    assert s.counters().recovery_attempts == 1
+    time.sleep(0.35)
+    assert not s.step([14], key(14), query()).fallback
+    assert (s.counters().recovery_attempts, s.counters().recoveries) == (2, 1)
+    s.close()
+    c.close()

@@ -401,9 +401,6 @@ class Session(SessionRecovery):
         try:
             response = self._stream.next(pending.sent + self._step_deadline)
         except EntroKvError as e:
-            if pending.resync:  # A recovery whose first step fails.
-                self._recovery_wait = min(self._recovery_wait * 2,
-                                          self._max_recovery_interval)
             return self._fail_over(pending, e)
         self._counters.bytes_received += response.ByteSize()
         if len(response.results) != 1:
@@ -636,6 +633,9 @@ class Session(SessionRecovery):
     def _fail_over(self, pending: _Pending, why: EntroKvError) -> StepOutcome:
         """The step sent but not answered: degrade and decide it locally,
         counted as a deadline or as the stream's failure."""
+        if pending.resync:  # A recovery whose first step fails: on any path.
+            self._recovery_wait = min(self._recovery_wait * 2,
+                                      self._max_recovery_interval)
         self._degrade(why)
         return self._fallback(pending, "deadline"
                               if why.code == grpc.StatusCode.DEADLINE_EXCEEDED
