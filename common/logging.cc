@@ -6,6 +6,7 @@
 #include "absl/flags/flag.h"
 #include "absl/strings/str_cat.h"
 #include "grpc/support/log.h"
+#include "spdlog/sinks/stdout_color_sinks.h"
 #include "spdlog/spdlog.h"
 
 ABSL_FLAG(std::string, log_level, "info",
@@ -32,7 +33,7 @@ void LogGrpc(gpr_log_func_args* args) {
 
 }  // namespace
 
-absl::Status InitLogging() {
+absl::Status InitLogging(LogStream to) {
   const std::string name = absl::GetFlag(FLAGS_log_level);
   const spdlog::level::level_enum level = spdlog::level::from_str(name);
   // from_str() answers "off" for a name it does not know.
@@ -40,6 +41,9 @@ absl::Status InitLogging() {
     return absl::InvalidArgumentError(absl::StrCat(
         "--log_level: unknown level \"", name,
         "\"; want trace, debug, info, warn, error, critical or off"));
+  }
+  if (to == LogStream::kStderr) {
+    spdlog::set_default_logger(spdlog::stderr_color_mt("entrokv"));
   }
   spdlog::set_level(level);
   // gRPC filters by its own verbosity (GRPC_VERBOSITY, default ERROR)

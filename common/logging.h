@@ -17,9 +17,14 @@
 
 namespace entrokv {
 
-// Applies --log_level. Errors: InvalidArgument naming the flag and the
-// levels it takes (the caller exits 2).
-absl::Status InitLogging();
+// Where a binary's log lines go: a tool whose report is its standard
+// output (the load generator, the evaluation) logs to standard error.
+enum class LogStream { kStdout, kStderr };
+
+// Applies --log_level, and sends the log lines to `to`. Errors:
+// InvalidArgument naming the flag and the levels it takes (the caller exits
+// 2).
+absl::Status InitLogging(LogStream to = LogStream::kStdout);
 
 }  // namespace entrokv
 

@@ -167,7 +167,9 @@ absl::Status Main() {
 
 int main(int argc, char** argv) {
   entrokv::ParseFlags(argc, argv, entrokv::tinyllama::EvalProgramInfo());
-  if (absl::Status status = entrokv::InitLogging(); !status.ok()) {
+  // The results are standard output; logs go aside.
+  if (absl::Status status = entrokv::InitLogging(entrokv::LogStream::kStderr);
+      !status.ok()) {
     std::fprintf(stderr, "entrokv-eval: %s\n",
                  std::string(status.message()).c_str());
     return 2;

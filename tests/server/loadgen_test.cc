@@ -264,6 +264,15 @@ TEST_F(LoadgenTest, SaysWhenTheServerHasEchoDisabled) {
   EXPECT_EQ(run.exit_code, 0) << run.output;
   EXPECT_THAT(run.output, HasSubstr("--enable_echo"));
   EXPECT_THAT(run.output, HasSubstr("entrokv "));
+  // The warning is a log line, on stderr: with --json, stdout is the
+  // report alone, one JSON object.
+  args.push_back("--json");
+  const LoadgenRun json = RunLoadgen(args, /*with_stderr=*/false);
+  EXPECT_EQ(json.exit_code, 0) << json.output;
+  ASSERT_FALSE(json.output.empty());
+  EXPECT_EQ(json.output.front(), '{') << json.output;
+  EXPECT_EQ(json.output[json.output.find_last_not_of('\n')], '}')
+      << json.output;
 }
 
 // Every way of stepping a batch (--batch_calls) answers every planned step

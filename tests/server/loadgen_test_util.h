@@ -25,17 +25,20 @@ namespace entrokv::server::testing {
 
 struct LoadgenRun {
   int exit_code = -1;
-  std::string output;  // stdout and stderr.
+  std::string output;  // stdout and stderr, or stdout alone.
 };
 
-inline LoadgenRun RunLoadgen(const std::vector<std::string>& args) {
+// Runs the load generator; its output is stdout and stderr together, or
+// stdout alone.
+inline LoadgenRun RunLoadgen(const std::vector<std::string>& args,
+                             bool with_stderr = true) {
   std::vector<std::string> quoted;
   for (const std::string& arg : args) quoted.push_back("'" + arg + "'");
   // A hung loadgen ends (exit 124) instead of hanging the test; one killed
   // by a signal (an abort) exits 128 + the signal.
-  const std::string command =
-      absl::StrCat("timeout -k 5 90 '", ENTROKV_LOADGEN_BINARY, "' ",
-                   absl::StrJoin(quoted, " "), " 2>&1");
+  const std::string command = absl::StrCat(
+      "timeout -k 5 90 '", ENTROKV_LOADGEN_BINARY, "' ",
+      absl::StrJoin(quoted, " "), with_stderr ? " 2>&1" : " 2>/dev/null");
   LoadgenRun run;
   FILE* pipe = popen(command.c_str(), "r");
   if (pipe == nullptr) return run;

@@ -36,7 +36,9 @@ int main(int argc, char** argv) {
   // on every lock, which the load generator's own CPU figures would carry
   // (1.3% of its samples at one session).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-  if (absl::Status status = entrokv::InitLogging(); !status.ok()) {
+  // The report is standard output (--json: for machines); logs go aside.
+  if (absl::Status status = entrokv::InitLogging(entrokv::LogStream::kStderr);
+      !status.ok()) {
     std::fprintf(stderr, "entrokv-loadgen: %s\n",
                  std::string(status.message()).c_str());
     return 2;
