@@ -13,8 +13,8 @@
 #   --no-install      do not apt-get missing packages
 #   --no-service      build core and its tests only (no gRPC service)
 #   --quick-bench     benchmark 32k entries only
-# Exit status: 0 when the build and every test passed (the benchmark's own
-# failure is reported but does not change it), 1 otherwise.
+# Exit status: 0 when the build and every test passed (the benchmark's failure
+# is reported but does not change it), 1 otherwise, 2 on an unknown option.
 
 set -uo pipefail
 

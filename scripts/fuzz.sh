@@ -4,7 +4,8 @@
 #
 #   scripts/fuzz.sh [SECONDS]
 #
-# Installs clang-14 and libfuzzer-14-dev from Debian when they are missing.
+# Installs clang-14, libfuzzer-14-dev and libclang-rt-14-dev from Debian when
+# clang++-14 or libFuzzer's library is missing.
 # Only the project's code is instrumented (Debian's protobuf and Abseil are
 # not). The working corpus grows in build-fuzz/corpus, seeded from
 # tests/fuzz/corpus and tests/fuzz/regressions; crashing, leaking, slow or
