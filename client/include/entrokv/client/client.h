@@ -161,8 +161,11 @@ class Client {
 
   // Attaches to an existing session, e.g. after the engine's stream broke,
   // within options.create_deadline. The next step is the server's last step
-  // + 1. `live_slots` are the slots the engine still holds for it, in append
-  // order: the local fallback can only evict entries it knows of. Attach
+  // + 1 (options.first_step when it has none). `live_slots` are the slots
+  // the engine still holds for it, in append order: the local fallback can
+  // only evict entries it knows of. They count as unpinned (there is no
+  // argument for pinned flags): the local rule may evict an entry the server
+  // had pinned, and a recovery re-sends it unpinned. Attach
   // never fails open (without the server it does not know the session's
   // configuration). Errors: NotFound (unknown or reclaimed),
   // FailedPrecondition (attached to another live stream), and the

@@ -6,9 +6,12 @@
 // its steps gathered into one message per decode iteration: batch.h). Each
 // call sends one step (the entries the engine appended since the previous
 // step, the step's queries and the next-token entropy) and yields the slot
-// ids the engine must free. Step numbers are assigned by the Session: the first step
-// is SessionOptions::first_step (or the server's last step + 1 after Attach),
-// and each accepted step advances it by one.
+// ids the engine must free. Step numbers are assigned by the Session: the first
+// step is SessionOptions::first_step (or the server's last step + 1 after
+// Attach), and each accepted step advances it by one. A Session made by Attach
+// knows the live slots it was given, all unpinned (Attach takes no pinned
+// flags): the local rule may evict an entry the server session had pinned, and
+// a recovery re-sends it unpinned.
 //
 // Two ways to drive it:
 //  - Blocking: Step() sends and waits for that step's evictions.
@@ -24,14 +27,14 @@
 //  - Creation. Client::CreateSession (its RPC and the stream's attach
 //    handshake together) waits at most SessionOptions::create_deadline
 //    (default 200 ms; through a DecodeBatch with messages in flight, plus
-//    the wait for their answers: batch.h). When it fails for a reason that is not the caller's --
-//    the server unreachable or silent (UNAVAILABLE, DEADLINE_EXCEEDED), at a
-//    limit (RESOURCE_EXHAUSTED: max sessions, streams, bytes), broken
-//    (INTERNAL, UNKNOWN, CANCELLED, ...), or an attach that fails after the
-//    server created the session (that server session is then closed in the
-//    background) -- it returns an *offline* Session: empty id(), degraded()
-//    from the start, degraded_reason() naming the failure, counted in
-//    counters().offline_sessions. The caller's own errors (INVALID_ARGUMENT,
+//    the wait for their answers: batch.h). When it fails for a reason that is
+//    not the caller's -- the server unreachable or silent (UNAVAILABLE,
+//    DEADLINE_EXCEEDED), at a limit (RESOURCE_EXHAUSTED: max sessions, streams,
+//    bytes), broken (INTERNAL, UNKNOWN, CANCELLED, ...), or an attach that
+//    fails after the server created the session (that server session is then
+//    closed in the background) -- it returns an *offline* Session: empty id(),
+//    degraded() from the start, degraded_reason() naming the failure, counted
+//    in counters().offline_sessions. The caller's own errors (INVALID_ARGUMENT,
 //    ALREADY_EXISTS, FAILED_PRECONDITION, NOT_FOUND, ...) are returned.
 //    With offline_when_unavailable = false every failure is returned.
 //  - Steps. Every step has a deadline (SessionOptions::step_deadline,
@@ -67,32 +70,45 @@
 //    the server: id() changes) and attached to a new stream (a session of a
 //    DecodeBatch: to the batch's stream, a new one when the batch's last one
 //    ended), and live_keys gives the keys of the live entries (when it
-//    fails, that server session is closed in the background). The step
-//    itself then goes to the server, re-sending the live entries (in
-//    append order, pinned flags kept) before its own appends, under its own
-//    number: the numbering goes on. When the server answers it, the session
-//    is online (degraded() false, degraded_reason() OK,
-//    counters().recoveries + 1) and the old server session is closed in the
-//    background. The new server session starts with fresh ranking state:
-//    accumulated attention (h2o), affinity, the entropy statistics and the
-//    decision cadence (decide_every) start over, and its sinks and recent
-//    window are counted over the re-sent entries. An attempt that fails
-//    (live_keys fails, the server errs or is silent past the deadline, or
-//    the re-sending step is rejected or late) leaves the step to the local
-//    rule, which keeps the budget, doubles the wait before the next one, up
-//    to max_recovery_interval, and waits for a new serving check
-//    (counters().recovery_attempts counts attempts). While the server is
+//    fails, that server session is closed in the background). As soon as
+//    the attempt succeeds, the session is online (degraded() false,
+//    degraded_reason() OK, id() the new one) and the old server session is
+//    closed in the background. The step itself then goes to the server,
+//    re-sending the live entries (in append order, pinned flags kept)
+//    before its own appends, under its own number: the numbering goes on.
+//    When the server accepts that step, counters().recoveries + 1 and the
+//    wait goes back to recovery_interval. The new server session starts
+//    with fresh ranking state: accumulated attention (h2o), affinity, the
+//    entropy statistics and the decision cadence (decide_every) start over,
+//    and its sinks and recent window are counted over the re-sent entries.
+//    An attempt that fails (live_keys fails, the server errs or is silent
+//    past the deadline) leaves the step to the local rule, which keeps the
+//    budget, doubles the wait before the next one, up to
+//    max_recovery_interval, and waits for a new serving check
+//    (counters().recovery_attempts counts attempts). A re-sending step that
+//    fails degrades the session again, with the same doubled wait and new
+//    serving check: one that is late or whose stream breaks is decided
+//    locally, as any such step; one the server rejects is returned as the
+//    server's status, as any rejected step (its own entries forgotten, its
+//    number taken by the next step), with degraded_reason() that status and
+//    the new server session closed in the background. While the server is
 //    down, stopped (SIGSTOP) or draining, no attempt is made, so no step
 //    blocks and the wait does not grow.
 //    The re-sending step must fit ClientOptions::max_message_bytes. An
 //    attempt is made only when the step carries what the new session's first
 //    step needs (queries and entropy when it decides).
-//  - Close. Close() waits at most create_deadline. A close the server does
+//  - Close. Close() waits at most create_deadline for the server's answer,
+//    then ends the session's own stream (a session of a DecodeBatch has
+//    none): with StreamApi::kSync that can take up to about 100 ms more
+//    (answers still unread are read and dropped); with kCallback it waits
+//    until gRPC reports the cancelled call done, with no bound of its own.
+//    With offline_when_unavailable (the default), a close the server does
 //    not confirm in time, or a server-side failure, completes locally: OK,
 //    counted in counters().unconfirmed_closes (the server reclaims the
 //    session after its idle timeout); NOT_FOUND (the session was reclaimed
-//    or lost with a server restart) is OK too. An offline session's Close()
-//    sends nothing and returns at once.
+//    or lost with a server restart) is OK too. Without it, those are
+//    returned as errors. An offline session's Close() sends nothing and
+//    returns at once.
 //
 // Demote tier (SessionConfig::tier, docs/step-semantics.md section 12,
 // docs/engines.md "A demote tier"). With tier.capacity > 0 the engine keeps
@@ -139,9 +155,10 @@
 //
 // Errors: a step the server rejects (bad input: INVALID_ARGUMENT naming the
 // field, RESOURCE_EXHAUSTED past a limit, ...) is returned as that status and
-// leaves the session as it was: the engine may resend a corrected step, which
-// takes the same step number. Inputs the client can check (sizes, duplicate
-// slot ids) are rejected before anything is sent.
+// leaves the session as it was (except a recovery's re-sending step, which
+// degrades it again: see "Recovery"): the engine may resend a corrected
+// step, which takes the same step number. Inputs the client can check
+// (sizes, duplicate slot ids) are rejected before anything is sent.
 //
 // Thread-safety: a Session is used by one thread at a time (the engine's
 // decode loop); live_keys and the tier callbacks are called on that
@@ -388,11 +405,13 @@ class Session {
   // REQUIRES: in_flight() <= 1.
   absl::StatusOr<std::optional<StepOutcome>> Flush();
 
-  // Ends the stream and closes the server session (its state is freed),
-  // waiting at most SessionOptions::create_deadline. With
+  // Closes the server session (its state is freed), waiting at most
+  // SessionOptions::create_deadline for the server, and ends the stream
+  // (with kSync up to about 100 ms more; see "Close" above). With
   // offline_when_unavailable (the default) it fails only on the caller's
-  // errors: a close the server does not confirm completes locally (see
-  // "Close" above). Later steps fail with FailedPrecondition. Idempotent.
+  // errors: a close the server does not confirm completes locally, and
+  // NOT_FOUND is OK (see "Close" above). Later steps fail with
+  // FailedPrecondition. Idempotent.
   absl::Status Close();
 
   // The library's state behind this Session (internal).

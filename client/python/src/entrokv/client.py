@@ -427,11 +427,17 @@ class Client:
                recovery_jitter: float = 0.2,
                tier: Optional[TierCallbacks] = None) -> Session:
         """Attaches to an existing session (e.g. after the engine's stream
-        broke). The next step is the server's last step + 1; `live_slots` are
-        the slots the engine still holds for it, in append order (live ones:
-        with a demote tier, its demoted entries are unknown to this session;
-        one the server promotes becomes the newest live entry). Never fails
-        open. Raises EntroKvError (NOT_FOUND, FAILED_PRECONDITION, ...)."""
+        broke). The next step is the server's last step + 1, or 0 when the
+        server has none (C++'s Attach takes options.first_step there; this
+        one has no `first_step`). `live_slots` are the slots the engine still
+        holds for it, in append order (live ones: with a demote tier, its
+        demoted entries are unknown to this session; one the server promotes
+        becomes the newest live entry), all unpinned: the local fallback may
+        evict an entry the server had pinned, and a recovery re-sends it
+        unpinned. There is no `shadowing` either: a recovery of an attached
+        session asks for no shadow policies (C++'s asks again for
+        options.shadowing). Never fails open. Raises EntroKvError
+        (NOT_FOUND, FAILED_PRECONDITION, ...)."""
         create_deadline = (self.create_deadline if create_deadline is None
                            else create_deadline)
         step_deadline = self.step_deadline if step_deadline is None else step_deadline

@@ -2,7 +2,7 @@
 Client.create_session or Client.attach (the Python counterpart of
 client/include/entrokv/client/session.h and client/src/session.cc; recovery
 is in session_recovery.py, as session_recovery.cc), with the same
-guarantees:
+guarantees but one (no health check before a recovery attempt: see Session):
 
 - Step numbers are assigned by the Session (first_step, then +1 per accepted
   step); a step the server rejects leaves the session unchanged and its number
@@ -13,9 +13,8 @@ guarantees:
   kept, the oldest of the rest evicted down to the budget) and counted by cause
   in ``counters()``. From then on the session is *degraded*: the server's state
   no longer matches the engine's cache, so every later step is local too,
-  until a *recovery*: with a ``live_keys`` callback, a degraded (or offline)
-  session re-creates its server session once the channel is connected again
-  and re-sends the live entries' keys (see Session).
+  until a *recovery*: with ``live_keys``, a degraded (or offline) session
+  re-creates its server session and re-sends the live entries (see Session).
 - Inputs the client can check (sizes, duplicate slot ids, entropy) are rejected
   before anything is sent, with C++'s messages (they name the field).
 - Demote tier (``tier_capacity`` > 0; session.h's "Demote tier", exactly): a
@@ -149,34 +148,35 @@ class Session(SessionRecovery):
     """One sequence's connection to the sidecar. Made by Client.create_session
     or Client.attach; see the module docstring for the failure semantics.
 
-    Recovery (as session.h's "Recovery"). The engine owns its KV cache, so
-    only it can give the server back the keys of the live entries: with
-    ``live_keys`` set, a degraded session comes back online by itself;
-    without it, it stays local for the rest of its life. From
-    ``recovery_interval`` after it degraded (+-``recovery_jitter``, a
-    fraction), each step first looks at the channel: while it is not
-    connected nothing is attempted and the step does not wait (a channel that
-    is not READY is poked with a background grpc.health.v1 call, because
-    gRPC reconnects it only when a call asks, and grpcio makes progress on a
-    connection only while a call is in flight). Once it is connected, one attempt,
-    bounded by ``create_deadline`` as a whole: the steps in flight are
-    decided locally, a NEW server session is created with the same
-    configuration (``id`` changes) and attached to a new stream (a session of
-    a DecodeBatch: to the batch's stream, a new one when its last one ended),
-    and ``live_keys(live_slots)`` gives the live entries' keys
-    ([entry][layer][kv_head][head_dim], full head_dim, any element type the
-    step's keys accept). The step then goes to the server, re-sending the
-    live entries (append order, pinned flags kept) before its own appends,
-    under its own number. When the server answers it, the session is online
-    (``degraded`` False, ``counters().recoveries`` + 1) and the old server
-    session is closed in the background. The new server session starts with
-    fresh ranking state. A failed attempt (``live_keys`` raises or returns
-    the wrong size, the server errs or is silent, the re-sending step is
-    rejected or late) leaves the step to the local rule and doubles the wait,
-    up to ``max_recovery_interval`` (``counters().recovery_attempts`` counts
-    attempts). An attempt is made only when the step carries what the new
-    session's first step needs (queries and entropy when it decides).
-    ``live_keys`` is called on the session's thread, inside a step call.
+    Recovery (as session.h's "Recovery", but for the health check). With
+    ``live_keys``, a degraded session comes back online by itself; without it,
+    it stays local for good. From ``recovery_interval`` after it degraded
+    (+-``recovery_jitter``, a fraction), a step whose channel is not READY
+    attempts nothing and does not wait (it pokes the channel, at most every
+    0.1 s, with a background grpc.health.v1 call, its answer ignored: grpcio
+    advances a connection only while a call is in flight). Unlike C++, no
+    health check gates an attempt: a stopped or draining server whose channel
+    stays READY costs an attempt of up to ``create_deadline`` and a doubled
+    wait. Once READY, one attempt within ``create_deadline``: the steps in
+    flight are decided locally, a NEW server session is created with the same
+    configuration (``id`` changes) and attached to a new stream (a
+    DecodeBatch's session: to the batch's stream, a new one when its last one
+    ended), and ``live_keys(live_slots)`` gives the live entries' keys (full
+    head_dim, any element type a step's keys take). The session is then online
+    (``degraded`` False), the old server session is closed in the background,
+    and the step goes to the server, re-sending the live entries (append order,
+    pinned flags kept) before its own appends, under its own number; when the
+    server accepts it, ``counters().recoveries`` + 1 and the wait is reset. The
+    new server session's ranking state starts fresh. A failed attempt
+    (``live_keys`` raises or returns the wrong size, the server errs or is
+    silent) leaves the step to the local rule and doubles the wait, up to
+    ``max_recovery_interval`` (``recovery_attempts`` counts attempts). A failed
+    re-sending step degrades the session again and doubles the wait: late or
+    its stream broken, it is decided locally; rejected, it raises the server's
+    error as any rejected step (the new server session closed in the
+    background). An attempt needs a step that carries what the new session's
+    first step needs (queries and entropy when it decides). ``live_keys`` runs
+    on the session's thread, in a step.
     """
 
     def __init__(self, *, client: "Client", session_id: str,
@@ -228,8 +228,7 @@ class Session(SessionRecovery):
         self._random = random.Random()
         self._next_recovery = math.inf
         self._next_poke = 0.0
-        # The live entries the next sent step re-sends first after a
-        # recovery: (slot ids, pinned flags, keys in wire form).
+        # After a recovery, the next sent step re-sends (ids, flags, keys).
         self._resync: Optional[Tuple[List[int], List[bool], bytes]] = None
         self._batch_generation = 0  # The batch stream it is attached to.
         if self._offline:
@@ -419,8 +418,9 @@ class Session(SessionRecovery):
 
     def close(self) -> None:
         """Ends the stream and closes the server session, waiting at most
-        create_deadline. A close the server does not confirm completes
-        locally (counted in unconfirmed_closes); NOT_FOUND is success.
+        create_deadline. With offline_when_unavailable (the default), a close
+        the server does not confirm completes locally (counted in
+        unconfirmed_closes) and NOT_FOUND is success; without it, both raise.
         Idempotent; later steps raise FAILED_PRECONDITION."""
         if self._closed:
             return

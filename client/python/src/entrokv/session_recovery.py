@@ -1,8 +1,8 @@
 """The recovery of a degraded Session (client/src/session_recovery.cc; the
-contract is Session's docstring and session.h's "Recovery"): when its time
-has come and the channel is connected, one attempt creates a new server
-session, attaches it and reads the live entries' keys from the engine's
-``live_keys``; the next step re-sends them.
+contract is Session's docstring): when its time has come and the channel
+is READY (unlike C++, no health check is awaited), one attempt creates a
+new server session, attaches it and reads the live entries' keys from the
+engine's ``live_keys``; the next step re-sends them.
 
 SessionRecovery is Session's recovery half, a base class of Session that
 works on Session's state (its fields and _validate, _fallback_local); it is
