@@ -1,5 +1,5 @@
 // Command-line parsing shared by every entrokv binary (entrokv-server,
-// entrokv-loadgen, entrokv-eval).
+// entrokv-loadgen, entrokv-eval, entrokv-sim).
 //
 // ParseFlags() is absl::ParseCommandLine() with these differences:
 //  - Every flag may also be set from the environment as

@@ -16,19 +16,18 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/flags.h"
 #include "entrokv/core/config.h"
 #include "needles.h"
 #include "simulation.h"
 
 ABSL_FLAG(int64_t, steps, 1000, "Decode steps per run.");
 ABSL_FLAG(std::string, policy, "entropy",
-          "Policy of the audit run: RANKING[+fixed|+entropy] or entropy.");
+          "Policy of the audit run: RANKING[+fixed|+entropy|+threshold] or "
+          "entropy.");
 ABSL_FLAG(std::string, affinity_update, "logit_ema",
           "Affinity update rule: seed or logit_ema.");
 ABSL_FLAG(double, beta, 1.0, "Affinity beta.");
@@ -417,21 +416,32 @@ int RunFidelity(const RunOptions& o, bool json) {
 }  // namespace entrokv::sim
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "Reruns the entrokv experiment on a synthetic stream.\n"
-      "  entrokv-sim [--compare] [--json] [--steps N] [--budget B] ...\n"
-      "  entrokv-sim --fidelity --sketch project:4 [--query_form group_sum] "
-      "...\n"
-      "  entrokv-sim --needles --steps 32768 --budget 1024");
-  // --help lists this file's flags (Abseil's default looks for a file named
-  // after the program, "entrokv-sim.cc", which this is not).
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::StrContains(file, "entrokv_sim.");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::ParseCommandLine(argc, argv);
+  // As every entrokv binary: ENTROKV_<FLAG> variables, --help by topic and
+  // --version (exit 0), bad input exits 2; a failed check exits 1.
+  entrokv::ParseFlags(
+      argc, argv,
+      {.usage =
+           "Reruns the entrokv experiment on a synthetic stream.\n"
+           "  entrokv-sim [--compare] [--json] [--steps N] [--budget B] ...\n"
+           "  entrokv-sim --fidelity --sketch project:4 [--query_form "
+           "group_sum] ...\n"
+           "  entrokv-sim --needles --steps 32768 --budget 1024\n"
+           "Exit status: 0, 1 when the audit's sanity check fails, 2 on bad "
+           "flags.",
+       .source_dirs = {"eval/sim/"},
+       .groups = {
+           {"Run", {"steps", "seed", "sanity_seeds", "compare", "json"}},
+           {"Policy",
+            {"policy", "affinity_update", "beta", "lambda", "gamma", "budget",
+             "target_live", "sinks", "recent", "decide_every", "block_size",
+             "block_summary", "cadence_scaled_rates"}},
+           {"Shape and sketch",
+            {"layers", "kv_heads", "q_heads", "head_dim", "element_type",
+             "sketch", "query_form", "scored_layers"}},
+           {"Needles",
+            {"needles", "needle_count", "needle_min_gap", "needle_max_gap"}},
+           {"Fidelity", {"fidelity", "fidelity_policies"}},
+       }});
   absl::StatusOr<entrokv::sim::RunOptions> o = entrokv::sim::OptionsFromFlags();
   if (!o.ok()) return entrokv::sim::Fail(o.status());
   const bool json = absl::GetFlag(FLAGS_json);
