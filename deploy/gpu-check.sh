@@ -55,9 +55,10 @@ else
 fi
 
 step "packages"
-PACKAGES=(cmake ninja-build g++ libgrpc++-dev protobuf-compiler-grpc
-  libprotobuf-dev libabsl-dev libspdlog-dev libgtest-dev libgmock-dev
-  libbenchmark-dev python3-numpy)
+# The same packages as scripts/install-deps.sh, which the build and the
+# tests below need (the service build needs civetweb, the Python tests
+# grpcio and yaml, the deploy tests promtool).
+mapfile -t PACKAGES < <("$ROOT/scripts/install-deps.sh" --list)
 MISSING=()
 for p in "${PACKAGES[@]}"; do
   if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then

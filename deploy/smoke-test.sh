@@ -121,11 +121,14 @@ EOF
 fi
 
 step "entrokv-loadgen inside the container, over the socket:"
+# Under set -e a failing pipeline would end the script here, without the
+# FAIL line and the server's log: take its status by hand.
+rc=0
 "${ENGINE[@]}" exec "$name" entrokv-loadgen \
   --target=unix:/run/entrokv/entrokv.sock --mode=entrokv --sessions=4 \
   --prefill=256 --rounds=1 --steps_per_round=100 --budget=256 \
-  --progress=false --fail_on_error 2>&1 | sed 's/^/  loadgen| /'
-rc=${PIPESTATUS[0]}
+  --progress=false --fail_on_error 2>&1 | sed 's/^/  loadgen| /' ||
+  rc=${PIPESTATUS[0]}
 [[ $rc == 0 ]] || fail "entrokv-loadgen exited $rc"
 
 step "SIGTERM"

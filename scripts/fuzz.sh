@@ -32,7 +32,7 @@ workers=${ENTROKV_FUZZ_WORKERS:-1}
 libfuzzer=$(find /usr/lib/llvm-14/lib/clang -name libclang_rt.fuzzer-x86_64.a \
   2>/dev/null | head -n 1 || true)
 if ! command -v clang++-14 >/dev/null || [[ -z $libfuzzer ]]; then
-  echo "fuzz.sh: installing clang-14 and libfuzzer-14-dev" >&2
+  echo "fuzz.sh: installing clang-14, libfuzzer-14-dev and libclang-rt-14-dev" >&2
   sudo=()
   [[ $(id -u) -ne 0 ]] && sudo=(sudo)
   "${sudo[@]}" apt-get update -qq

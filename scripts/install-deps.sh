@@ -1,6 +1,8 @@
 #!/usr/bin/env bash
 # Installs every build, test and run dependency of entrokv from Debian's
 # packages. Idempotent: installs only what is missing. Needs root (or sudo).
+# With --list, prints the packages, one a line, and installs nothing (for
+# deploy/gpu-check.sh, which keeps no list of its own).
 set -euo pipefail
 
 packages=(
@@ -11,6 +13,11 @@ packages=(
   python3 python3-numpy gnuplot-nox prometheus
   python3-grpcio python3-protobuf python3-pytest python3-setuptools python3-pip python3-yaml
 )
+
+if [ "${1:-}" = "--list" ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do
