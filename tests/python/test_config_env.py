@@ -86,7 +86,8 @@ def test_engine_step_deadline_wins_over_environment(monkeypatch):
     c.close()
 
 
-@pytest.mark.parametrize("raw", ["abc", "0", "-5", "inf", "nan", "1e13", "1_0"])
+@pytest.mark.parametrize("raw", ["abc", "0", "0.0005", "-5", "inf", "nan", "1e13",
+                                 "1_0"])
 def test_malformed_step_deadline_fails_the_client(monkeypatch, raw):
     monkeypatch.setenv("ENTROKV_STEP_DEADLINE_MS", raw)
     for kwargs in ({}, {"step_deadline": 0.05}):  # Set or not, as Connect().

@@ -628,7 +628,7 @@ TEST_F(ClientEnvironmentTest, UnsetTargetAndDeadlineComeFromEnvironment) {
 }
 
 TEST_F(ClientEnvironmentTest, MalformedStepDeadlineFailsConnect) {
-  for (const char* bad : {"abc", "-5", "0"}) {
+  for (const char* bad : {"abc", "-5", "0", "0.0005"}) {
     SCOPED_TRACE(bad);
     setenv("ENTROKV_STEP_DEADLINE_MS", bad, 1);
     absl::StatusOr<std::unique_ptr<Client>> client =

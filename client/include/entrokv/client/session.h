@@ -195,9 +195,9 @@ namespace entrokv {
 enum class StreamApi : uint8_t { kSync, kCallback };
 
 // The step deadline a SessionOptions starts with: the environment variable
-// ENTROKV_STEP_DEADLINE_MS (a positive number of milliseconds, fractions
-// allowed) when it is set and not empty, else 100 ms. A value that is not a
-// positive number counts as unset here, and makes Client::Connect() fail
+// ENTROKV_STEP_DEADLINE_MS (a number of milliseconds from 0.001 to 1e12,
+// fractions allowed) when it is set and not empty, else 100 ms. Any other
+// value counts as unset here, and makes Client::Connect() fail
 // (InvalidArgument naming the variable).
 absl::Duration DefaultStepDeadline();
 

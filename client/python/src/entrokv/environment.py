@@ -22,8 +22,8 @@ def env_target() -> str:
 
 def env_step_deadline() -> Optional[float]:
     """ENTROKV_STEP_DEADLINE_MS in seconds; None when unset or empty. Raises
-    INVALID_ARGUMENT for a value that is not a positive number of
-    milliseconds (fractions allowed), as client/src/environment.cc."""
+    INVALID_ARGUMENT for a value that is not a number of milliseconds from
+    0.001 to 1e12 (fractions allowed), as client/src/environment.cc."""
     raw = os.environ.get("ENTROKV_STEP_DEADLINE_MS")
     if not raw:
         return None
@@ -31,7 +31,8 @@ def env_step_deadline() -> Optional[float]:
         ms = float(raw) if "_" not in raw else math.nan
     except ValueError:
         ms = math.nan
-    if not ms > 0 or ms > 1e12:
-        raise invalid(f'ENTROKV_STEP_DEADLINE_MS: "{raw}" is not a positive '
-                      "number of milliseconds")
+    # At least 1 us, as C++ (a smaller value truncates to a zero deadline).
+    if not ms >= 0.001 or ms > 1e12:
+        raise invalid(f'ENTROKV_STEP_DEADLINE_MS: "{raw}" is not a number of '
+                      "milliseconds from 0.001 to 1e12")
     return ms / 1000.0
