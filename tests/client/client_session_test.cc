@@ -300,13 +300,7 @@ TEST_P(ClientSessionTest, ServerGoneMidSessionFallsBackWithinTheBudget) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothStreamApis, ClientSessionTest,
-                         ::testing::Values(StreamApi::kSync,
-                                           StreamApi::kCallback),
-                         [](const auto& info) {
-                           return info.param == StreamApi::kSync
-                                      ? std::string("Sync")
-                                      : std::string("Callback");
-                         });
+                         testing::BothStreamApis(), testing::StreamApiName);
 
 // --- A server that never answers a step: the deadline path, deterministic. --
 
@@ -395,13 +389,7 @@ TEST_P(SessionFallbackTest, PipelinedStepsFallBackOneStepLateToo) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothStreamApis, SessionFallbackTest,
-                         ::testing::Values(StreamApi::kSync,
-                                           StreamApi::kCallback),
-                         [](const auto& info) {
-                           return info.param == StreamApi::kSync
-                                      ? std::string("Sync")
-                                      : std::string("Callback");
-                         });
+                         testing::BothStreamApis(), testing::StreamApiName);
 
 TEST(OfflineSessionTest,
      UnreachableServerGivesALocalSessionThatKeepsTheBudget) {

@@ -152,6 +152,16 @@ inline std::unique_ptr<Client> ConnectTo(const server::Server& server) {
   return client.ok() ? *std::move(client) : nullptr;
 }
 
+// Both stream APIs, as the values of a parameterized suite, and their
+// names ("Sync", "Callback") for the test names.
+inline auto BothStreamApis() {
+  return ::testing::Values(StreamApi::kSync, StreamApi::kCallback);
+}
+inline std::string StreamApiName(
+    const ::testing::TestParamInfo<StreamApi>& info) {
+  return info.param == StreamApi::kSync ? "Sync" : "Callback";
+}
+
 }  // namespace entrokv::testing
 
 #endif  // ENTROKV_TESTS_CLIENT_CLIENT_TEST_UTIL_H_

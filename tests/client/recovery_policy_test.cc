@@ -59,13 +59,7 @@ TEST_P(RecoveryPolicyTest, AKeydiffSessionSendingNoQueriesRecovers) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothStreamApis, RecoveryPolicyTest,
-                         ::testing::Values(StreamApi::kSync,
-                                           StreamApi::kCallback),
-                         [](const auto& info) {
-                           return info.param == StreamApi::kSync
-                                      ? std::string("Sync")
-                                      : std::string("Callback");
-                         });
+                         testing::BothStreamApis(), testing::StreamApiName);
 
 }  // namespace
 }  // namespace entrokv

@@ -476,13 +476,7 @@ TEST_P(RecoveryTest, AnAttachWaitingForAnswersInFlightKeepsItsOwnDeadline) {
 }
 
 INSTANTIATE_TEST_SUITE_P(BothStreamApis, RecoveryTest,
-                         ::testing::Values(StreamApi::kSync,
-                                           StreamApi::kCallback),
-                         [](const auto& info) {
-                           return info.param == StreamApi::kSync
-                                      ? std::string("Sync")
-                                      : std::string("Callback");
-                         });
+                         testing::BothStreamApis(), testing::StreamApiName);
 
 }  // namespace
 }  // namespace entrokv
