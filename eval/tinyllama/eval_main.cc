@@ -114,8 +114,7 @@ absl::Status Main() {
   }
   const bool protocol =
       !absl::GetFlag(FLAGS_sweep) && !absl::GetFlag(FLAGS_fidelity) && !tier;
-  // The protocol and --tier split every story into tuning and test.
-  ENTROKV_ASSIGN_OR_RETURN(EvalData data, LoadData(protocol || tier));
+  // The lists first: a bad command line is refused before any file is read.
   ENTROKV_ASSIGN_OR_RETURN(std::vector<int64_t> budgets,
                            ParseList(absl::GetFlag(FLAGS_budgets), "budgets"));
   ENTROKV_ASSIGN_OR_RETURN(
@@ -126,6 +125,8 @@ absl::Status Main() {
   ENTROKV_ASSIGN_OR_RETURN(
       std::vector<int64_t> pipelined,
       ParseList(absl::GetFlag(FLAGS_pipelined_budgets), "pipelined_budgets"));
+  // The protocol and --tier split every story into tuning and test.
+  ENTROKV_ASSIGN_OR_RETURN(EvalData data, LoadData(protocol || tier));
   std::string policy_flag = absl::GetFlag(FLAGS_policies);
   if (tier && policy_flag == "all") policy_flag = kTierDefaultPolicies;
   absl::StatusOr<std::vector<PolicyPair>> named_pairs =
