@@ -224,13 +224,17 @@ cudaError_t LaunchKeyDiff(const KeyDiffArgs& a, cudaStream_t stream) {
 
 cudaError_t LaunchRedundancy(const RedundancyArgs& a, cudaStream_t stream) {
   if (a.live <= 0 || a.row_count <= 0) return cudaSuccess;
+  // InvNormKernel reads only the norms' inputs and inv_norm.
   KeyDiffArgs norms{.type = a.type,
                     .keys = a.keys,
                     .capacity = a.capacity,
                     .planes = a.planes,
                     .dim = a.dim,
                     .live = a.live,
-                    .inv_norm = a.inv_norm};
+                    .inv_norm = a.inv_norm,
+                    .anchor = nullptr,
+                    .anchor_norm = nullptr,
+                    .out = nullptr};
   const int64_t per_plane = int64_t{a.planes} * a.live;
   InvNormKernel<<<GridFor(per_plane, kThreads), kThreads, 0, stream>>>(norms);
   RetainKernel<<<GridFor(int64_t{a.planes} * a.row_count, kThreads), kThreads,
