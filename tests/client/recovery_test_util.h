@@ -21,6 +21,7 @@
 #include "entrokv/client/client.h"
 #include "entrokv/client/session.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
+#include "fake_servers.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
 #include "testing/engine_cache.h"
@@ -180,15 +181,9 @@ class Engine {
 class RecoveryTest : public ::testing::TestWithParam<StreamApi> {
  protected:
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
     ClientOptions options;
-    options.target = absl::StrCat("127.0.0.1:", port);
+    server_ = testing::Serve(&service_, &options.target);
+    ASSERT_NE(server_, nullptr);
     options.log = [this](std::string_view line) {
       absl::MutexLock lock(&log_mu_);
       log_.emplace_back(line);

@@ -24,6 +24,7 @@
 #include "entrokv/client/batch.h"
 #include "entrokv/client/client.h"
 #include "entrokv/v1/entrokv.grpc.pb.h"
+#include "fake_servers.h"
 #include "gmock/gmock.h"
 #include "grpcpp/grpcpp.h"
 #include "gtest/gtest.h"
@@ -157,15 +158,9 @@ class TierClientTest : public ::testing::Test {
   }
 
   void SetUp() override {
-    grpc::ServerBuilder builder;
-    int port = 0;
-    builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(),
-                             &port);
-    builder.RegisterService(&service_);
-    server_ = builder.BuildAndStart();
-    ASSERT_NE(server_, nullptr);
     ClientOptions options;
-    options.target = absl::StrCat("127.0.0.1:", port);
+    server_ = testing::Serve(&service_, &options.target);
+    ASSERT_NE(server_, nullptr);
     ASSERT_OK_AND_ASSIGN(client_, Client::Connect(options));
     story_ = MakeStory(TierConfig().shape, 6, 6);
   }
